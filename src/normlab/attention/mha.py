@@ -1,0 +1,139 @@
+"""Multi-head self-attention with a pluggable score normalizer and optional output gating."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normlab._checks import check_trailing_shape
+from normlab.attention.scores import ScoreFn, score_norm
+
+__all__ = ["MultiheadAttention"]
+
+#: Gate bias such that sigmoid(bias) = 0.25 at initialization (Bondarenko et al., 2023).
+GATE_BIAS_INIT = math.log(0.25 / 0.75)
+
+
+class MultiheadAttention(nn.Module):
+    """Multi-head self-attention ``softmax-like(Q K^T * scale) V`` over ``(batch, tokens, dim)``.
+
+    The score normalizer is any registered "score" method (``"softmax"``, ``"softmax1"``,
+    ``"clipped-softmax"``, ...). With plain softmax and no probabilities requested, the
+    computation goes through ``F.scaled_dot_product_attention``.
+
+    Gated attention (Bondarenko et al., 2023) multiplies each head's output by
+    ``sigmoid(x_h . g_h + b_h)``, a per-head linear gate on that head's slice of the input,
+    initialised so the gate starts near 0.25: a head can then switch itself off without
+    the large logits a "no-op" head otherwise needs.
+
+    Args:
+        dim: model width.
+        heads: number of heads; must divide ``dim``.
+        score: score normalizer: a registry name, a function or a module.
+        score_kwargs: hyperparameters of the score normalizer.
+        gated: add the per-head output gate.
+        causal: mask future tokens.
+        bias: bias on the input and output projections.
+        scale: score scale; ``None`` for ``1/sqrt(dim / heads)``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        *,
+        score: str | ScoreFn | nn.Module = "softmax",
+        score_kwargs: dict[str, Any] | None = None,
+        gated: bool = False,
+        causal: bool = False,
+        bias: bool = True,
+        scale: float | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if heads <= 0 or dim % heads:
+            raise ValueError(f"heads must be a positive divisor of dim={dim}, got {heads}.")
+        factory = {"device": device, "dtype": dtype}
+        self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        self.causal, self.gated = causal, gated
+        self.scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)
+        self.score_name = score if isinstance(score, str) else None
+        self.score = score_norm(score, **(score_kwargs or {}))
+        self.qkv = nn.Linear(dim, 3 * dim, bias=bias, **factory)
+        self.out = nn.Linear(dim, dim, bias=bias, **factory)
+        if gated:
+            self.gate_weight = nn.Parameter(torch.empty(heads, self.head_dim, **factory))
+            self.gate_bias = nn.Parameter(torch.empty(heads, **factory))
+        self.reset_gate()
+
+    def reset_gate(self) -> None:
+        """Gate weights to small random values and the bias to ``logit(0.25)``."""
+        if self.gated:
+            nn.init.normal_(self.gate_weight, std=0.02)
+            nn.init.constant_(self.gate_bias, GATE_BIAS_INIT)
+
+    def _split(self, t: torch.Tensor) -> torch.Tensor:
+        b, n, _ = t.shape
+        return t.view(b, n, self.heads, self.head_dim).transpose(1, 2)
+
+    def _mask(self, n: int, attn_mask: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+        keep = torch.ones(n, n, dtype=torch.bool, device=device)
+        if self.causal:
+            keep = keep.tril()
+        return keep if attn_mask is None else keep & attn_mask.bool()
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        return_probs: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Attend over the tokens of ``x``.
+
+        Args:
+            x: input of shape ``(batch, tokens, dim)``.
+            attn_mask: boolean, ``True`` where a query may attend to a key, broadcastable
+                to ``(batch, heads, tokens, tokens)``; combined with the causal mask.
+            return_probs: also return the normalized scores ``(batch, heads, tokens, tokens)``.
+
+        Returns:
+            The output ``(batch, tokens, dim)``, and the probabilities if asked.
+        """
+        if x.dim() != 3:
+            raise ValueError(
+                f"MultiheadAttention expects (batch, tokens, dim), got {tuple(x.shape)}."
+            )
+        check_trailing_shape(x, (self.dim,))
+        n = x.shape[1]
+        q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
+        probs = None
+        if self.score_name == "softmax" and not return_probs:
+            mask = None if attn_mask is None else self._mask(n, attn_mask, x.device)
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=mask is None and self.causal, scale=self.scale
+            )
+        else:
+            scores = (q @ k.transpose(-2, -1)) * self.scale
+            if self.causal or attn_mask is not None:
+                scores = scores.masked_fill(~self._mask(n, attn_mask, x.device), float("-inf"))
+            probs = self.score(scores)
+            y = probs @ v
+        if self.gated:
+            xh = self._split(x)
+            logits = torch.einsum("bhnd,hd->bhn", xh, self.gate_weight)
+            gate = torch.sigmoid(logits + self.gate_bias[:, None])
+            y = y * gate.unsqueeze(-1)
+        y = self.out(y.transpose(1, 2).reshape(x.shape))
+        return (y, probs) if return_probs else y
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, heads={self.heads}, causal={self.causal}, gated={self.gated}, "
+            f"scale={self.scale:.4g}"
+        )

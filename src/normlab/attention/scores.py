@@ -1,0 +1,85 @@
+"""Score normalizers as modules: one class, the normalizing function is its argument."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from normlab import functional as NF
+from normlab._registry import Method, get, register
+from normlab.papers import paper
+
+__all__ = ["ScoreNorm", "score_norm"]
+
+ScoreFn = Callable[..., torch.Tensor]
+
+
+class ScoreNorm(nn.Module):
+    """Normalize attention scores along ``dim`` with ``fn(x, dim=dim, **kwargs)``.
+
+    Args:
+        fn: a score-normalizing function from :mod:`normlab.functional`, e.g. ``softmax1``.
+        dim: axis to normalize over (the keys).
+        **kwargs: the function's hyperparameters, checked against its signature now.
+    """
+
+    def __init__(self, fn: ScoreFn, *, dim: int = -1, **kwargs: Any) -> None:
+        super().__init__()
+        try:
+            inspect.signature(fn).bind_partial(None, dim=dim, **kwargs)
+        except TypeError as err:
+            raise TypeError(f"{fn.__name__} does not take {sorted(kwargs)}: {err}") from None
+        self.fn, self.dim, self.kwargs = fn, dim, kwargs
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x, dim=self.dim, **self.kwargs)
+
+    def extra_repr(self) -> str:
+        extra = "".join(f", {k}={v}" for k, v in self.kwargs.items())
+        return f"{self.fn.__name__}, dim={self.dim}{extra}"
+
+
+def score_norm(score: str | ScoreFn | nn.Module, **kwargs: Any) -> nn.Module:
+    """A score-normalizer module from a registry name, a function or a module.
+
+    Raises:
+        ValueError: when ``score`` names a registered method that is not of kind "score".
+    """
+    if isinstance(score, nn.Module):
+        return score
+    if isinstance(score, str):
+        method = get(score)
+        if method.kind != "score":
+            raise ValueError(
+                f"{score!r} is a {method.kind} method, not an attention score normalizer; "
+                "see normlab.methods('score')."
+            )
+        return method.create(**kwargs)
+    return ScoreNorm(score, **kwargs)
+
+
+def _register(name: str, fn: ScoreFn, paper_key: str, summary: str, **kw: Any) -> None:
+    builder = functools.partial(ScoreNorm, fn)
+    register(Method(name, "score", builder, paper(paper_key), summary, layout="scores", **kw))
+
+
+_register("softmax", NF.softmax, "softmax", "exp(x_i) / sum_j exp(x_j)")
+_register(
+    "softmax1",
+    NF.softmax1,
+    "softmax1",
+    "exp(x_i) / (1 + sum_j exp(x_j)); leaves null mass for 'attend to nothing'",
+    aliases=("softmax_one", "off_by_one"),
+)
+_register(
+    "clipped-softmax",
+    NF.clipped_softmax,
+    "clipped",
+    "clip((zeta - gamma) softmax(x) + gamma, 0, 1): exact zeros without extreme logits",
+    aliases=("clipped",),
+)

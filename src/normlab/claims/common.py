@@ -1,0 +1,41 @@
+"""Small helpers shared by claim modules."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["cell", "mean_table", "seed_everything"]
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed Python, NumPy and torch; return a torch generator seeded the same way."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def cell(measurement: dict[str, Any], method: str, metric: str) -> float:
+    """``measurement["table"][method][metric]`` as a float, with a clear error if absent."""
+    try:
+        return float(measurement["table"][method][metric])
+    except KeyError:
+        methods = sorted(measurement.get("table", {}))
+        raise KeyError(f"No {metric!r} for {method!r} in the table (methods: {methods}).") from None
+
+
+def mean_table(measurements: Sequence[dict[str, Any]]) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per method and metric, ``(mean, sd)`` over seeds (sd 0 for one seed)."""
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for method in measurements[0]["table"]:
+        out[method] = {}
+        for metric in measurements[0]["table"][method]:
+            vals = np.array([float(m["table"][method][metric]) for m in measurements])
+            sd = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+            out[method][metric] = (float(vals.mean()), sd)
+    return out

@@ -1,0 +1,54 @@
+"""Attention score normalizers: softmax, softmax1 (off-by-one) and clipped softmax."""
+
+from __future__ import annotations
+
+import torch
+
+from normlab._checks import check_float
+from normlab.functional._precision import upcast
+
+__all__ = ["clipped_softmax", "null_mass", "softmax", "softmax1"]
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``exp(x_i) / sum_j exp(x_j)``, computed in float32 for half inputs."""
+    check_float(x)
+    return torch.softmax(upcast(x), dim=dim).to(x.dtype)
+
+
+def softmax1(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Off-by-one softmax: ``exp(x_i) / (1 + sum_j exp(x_j))`` (Miller, 2023).
+
+    An implicit extra logit fixed at 0 lets a head put weight on "nothing"; the mass left
+    over, ``1 - sum_i p_i`` (:func:`null_mass`), is the null evidence OASIS routes on. The
+    stable form shifts the implicit 1 as well: with ``m = max(0, max_j x_j)``,
+    ``p_i = exp(x_i - m) / (exp(-m) + sum_j exp(x_j - m))``, which equals
+    ``softmax([0, x])[1:]``. A row masked entirely with ``-inf`` gives zeros, not NaN.
+    """
+    check_float(x)
+    xf = upcast(x)
+    m = xf.amax(dim=dim, keepdim=True).clamp_min(0.0)
+    e = torch.exp(xf - m)
+    return (e / (torch.exp(-m) + e.sum(dim=dim, keepdim=True))).to(x.dtype)
+
+
+def null_mass(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``max(0, 1 - sum p)`` along ``dim``: the weight a score normalizer gave to nothing."""
+    return (1.0 - upcast(p).sum(dim=dim)).clamp_min(0.0)
+
+
+def clipped_softmax(
+    x: torch.Tensor, dim: int = -1, gamma: float = -0.025, zeta: float = 1.0
+) -> torch.Tensor:
+    """Clipped softmax: ``clip((zeta - gamma) * softmax(x) + gamma, 0, 1)``.
+
+    Bondarenko et al. (2023): stretching the softmax range below 0 (``gamma < 0``) lets a
+    head assign exact zeros without pushing logits to extremes, which removes the outliers
+    heads create to "do nothing". Defaults are the BERT setting (``gamma = -0.025``,
+    ``zeta = 1``); OPT uses ``gamma = -12 / T``. Rows need not sum to 1.
+    """
+    check_float(x)
+    if not zeta > gamma:
+        raise ValueError(f"clipped_softmax needs zeta > gamma, got zeta={zeta}, gamma={gamma}.")
+    p = torch.softmax(upcast(x), dim=dim)
+    return ((zeta - gamma) * p + gamma).clamp(0.0, 1.0).to(x.dtype)

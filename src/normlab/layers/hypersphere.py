@@ -1,0 +1,178 @@
+"""nGPT hypersphere normalization: unit-norm states, unit-norm weights, normalized residuals.
+
+Loshchilov et al. (2024) keep every hidden state and every weight row on the unit sphere;
+the seed "nGPT Is Inherently Robust to NVFP4 Training" attributes nGPT's 4-bit robustness
+to this constraint. The pieces here build such a model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from normlab import functional as NF
+from normlab._checks import check_trailing_shape
+from normlab._registry import Method, register
+from normlab.papers import paper
+
+__all__ = [
+    "HypersphereNorm",
+    "HypersphereResidual",
+    "LearnedScale",
+    "NormalizedLinear",
+    "renormalize_weights_",
+]
+
+
+class HypersphereNorm(nn.Module):
+    """Project each feature vector onto the unit sphere: ``x / ||x||`` (no parameters).
+
+    Args:
+        dim: feature size of the last dimension (checked on input).
+        eps: floor on the norm so an all-zero vector stays zero.
+    """
+
+    def __init__(self, dim: int, *, eps: float = 1e-12) -> None:
+        super().__init__()
+        if dim <= 0:
+            raise ValueError(f"dim must be positive, got {dim}.")
+        self.dim = dim
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_trailing_shape(x, (self.dim,))
+        return NF.l2_normalize(x, dim=-1, eps=self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"
+
+
+class LearnedScale(nn.Module):
+    """A per-channel scale stored at a different magnitude than it acts: nGPT's trick.
+
+    The parameter is initialised to ``scale`` and used as ``param * (init / scale)``, so the
+    effective value starts at ``init`` while the optimizer sees a parameter of size
+    ``scale``, which sets its effective learning rate (nGPT uses ``scale = 1/sqrt(d)``).
+
+    Args:
+        size: number of channels.
+        init: initial effective value.
+        scale: magnitude at which the parameter is stored.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        init: float,
+        scale: float,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if scale <= 0:
+            raise ValueError(f"scale must be positive, got {scale}.")
+        self.init, self.scale = float(init), float(scale)
+        self.param = nn.Parameter(torch.empty(size, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.constant_(self.param, self.scale)
+
+    def forward(self) -> torch.Tensor:
+        return self.param * (self.init / self.scale)
+
+    def extra_repr(self) -> str:
+        return f"{self.param.numel()}, init={self.init}, scale={self.scale:.4g}"
+
+
+class HypersphereResidual(nn.Module):
+    """nGPT's normalized residual update with a learned per-channel step size.
+
+    ``h <- norm(h + alpha * (norm(block(h)) - h))``: a step along the sphere from ``h``
+    toward the block's output, of learned length ``alpha`` (init 0.05, stored at
+    ``1/sqrt(dim)``).
+
+    Args:
+        dim: feature size.
+        alpha_init: initial step size.
+        alpha_scale: storage magnitude of ``alpha``; ``None`` for ``1/sqrt(dim)``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        alpha_init: float = 0.05,
+        alpha_scale: float | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.dim = dim
+        scale = 1.0 / math.sqrt(dim) if alpha_scale is None else alpha_scale
+        self.alpha = LearnedScale(dim, init=alpha_init, scale=scale, device=device, dtype=dtype)
+
+    def forward(self, h: torch.Tensor, block_out: torch.Tensor) -> torch.Tensor:
+        check_trailing_shape(h, (self.dim,))
+        step = self.alpha().abs()
+        return NF.l2_normalize(h + step * (NF.l2_normalize(block_out) - h))
+
+
+class NormalizedLinear(nn.Linear):
+    """A bias-free linear layer whose weight vectors live on the unit sphere.
+
+    ``norm_dim="in"`` keeps each row (one output's weights over the inputs) at unit norm,
+    the nGPT rule for matrices that read the model dimension; ``norm_dim="out"`` keeps each
+    column at unit norm, for matrices that write it. Call :meth:`renormalize_` (or
+    :func:`renormalize_weights_` on the model) after every optimizer step.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        norm_dim: str = "in",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        if norm_dim not in ("in", "out"):
+            raise ValueError(f"norm_dim must be 'in' or 'out', got {norm_dim!r}.")
+        self.norm_dim = norm_dim
+        super().__init__(in_features, out_features, bias=False, device=device, dtype=dtype)
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        self.renormalize_()
+
+    @torch.no_grad()
+    def renormalize_(self) -> None:
+        """Put the weight vectors back on the unit sphere, in place."""
+        dim = 1 if self.norm_dim == "in" else 0
+        self.weight.copy_(NF.l2_normalize(self.weight, dim=dim))
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", norm_dim={self.norm_dim!r}"
+
+
+def renormalize_weights_(model: nn.Module) -> int:
+    """Call ``renormalize_`` on every :class:`NormalizedLinear` in ``model``; return the count."""
+    layers = [m for m in model.modules() if isinstance(m, NormalizedLinear)]
+    for layer in layers:
+        layer.renormalize_()
+    return len(layers)
+
+
+register(
+    Method(
+        "hypersphere",
+        "norm",
+        HypersphereNorm,
+        paper("ngpt-fp4"),
+        "x / ||x||: nGPT's projection of hidden states onto the unit sphere",
+        aliases=("l2norm", "ngpt"),
+    )
+)

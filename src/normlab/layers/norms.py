@@ -1,0 +1,155 @@
+"""LayerNorm and RMSNorm with torch's signatures, as thin modules over ``functional``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from normlab import functional as NF
+from normlab._registry import Method, register
+from normlab.papers import paper
+
+__all__ = ["LayerNorm", "RMSNorm", "as_shape"]
+
+
+def as_shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
+    """``normalized_shape`` as a tuple of positive ints, with a clear error otherwise."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not shape or any(not isinstance(s, int) or s <= 0 for s in shape):
+        raise ValueError(
+            f"normalized_shape must be a positive int or a sequence of them, got "
+            f"{normalized_shape!r}."
+        )
+    return shape
+
+
+class _AffineNorm(nn.Module):
+    """Shared parameter handling of the affine per-feature norms."""
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        *,
+        elementwise_affine: bool,
+        bias: bool,
+        device: torch.device | str | None,
+        dtype: torch.dtype | None,
+    ) -> None:
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.normalized_shape = as_shape(normalized_shape)
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory))
+            self.bias = (
+                nn.Parameter(torch.empty(self.normalized_shape, **factory)) if bias else None
+            )
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Weight to ones and bias to zeros."""
+        if self.weight is not None:
+            nn.init.ones_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, "
+            f"elementwise_affine={self.elementwise_affine}"
+        )
+
+
+class LayerNorm(_AffineNorm):
+    """Layer normalization: ``(x - mean) / sqrt(var + eps) * weight + bias``.
+
+    Same signature, defaults and numbers as ``torch.nn.LayerNorm`` (Ba et al., 2016);
+    half-precision inputs are normalized in float32 and cast back.
+
+    Args:
+        normalized_shape: size of the trailing dimension(s) to normalize over.
+        eps: added to the variance.
+        elementwise_affine: learn a per-feature weight (and bias).
+        bias: learn a bias when ``elementwise_affine``.
+    """
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        self.eps = eps
+        super().__init__(
+            normalized_shape,
+            elementwise_affine=elementwise_affine,
+            bias=bias,
+            device=device,
+            dtype=dtype,
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return NF.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class RMSNorm(_AffineNorm):
+    """Root-mean-square normalization: ``x / sqrt(mean(x^2) + eps) * weight``.
+
+    Same signature, defaults and numbers as ``torch.nn.RMSNorm`` (Zhang & Sennrich, 2019):
+    ``eps=None`` means the machine epsilon of the input dtype.
+
+    Args:
+        normalized_shape: size of the trailing dimension(s) to normalize over.
+        eps: added to the mean square; ``None`` for ``torch.finfo(x.dtype).eps``.
+        elementwise_affine: learn a per-feature weight.
+    """
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float | None = None,
+        elementwise_affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        self.eps = eps
+        super().__init__(
+            normalized_shape,
+            elementwise_affine=elementwise_affine,
+            bias=False,
+            device=device,
+            dtype=dtype,
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return NF.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+
+register(
+    Method(
+        "layernorm",
+        "norm",
+        LayerNorm,
+        paper("layernorm"),
+        "(x - mean) / std * weight + bias over the features",
+        aliases=("ln", "layer_norm"),
+    )
+)
+register(
+    Method(
+        "rmsnorm",
+        "norm",
+        RMSNorm,
+        paper("rmsnorm"),
+        "x / rms(x) * weight over the features",
+        aliases=("rms", "rms_norm"),
+    )
+)

@@ -1,0 +1,105 @@
+"""The papers normlab implements, named once so methods and claims cite them the same way.
+
+The seed abstracts (``shared/seeds/``) carry no titles, so each seed paper gets a short
+descriptive title here plus the opening words of its abstract (``seed``), which locate it in
+the seed files. Methods that predate the seeds (LayerNorm, RMSNorm, softmax) cite their
+original paper and have ``seed=""``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PAPERS", "Paper", "paper"]
+
+
+@dataclass(frozen=True)
+class Paper:
+    """A paper a method or claim comes from.
+
+    Attributes:
+        key: short identifier used in code.
+        title: short descriptive title.
+        seed: the opening words of the seed abstract, or "" for a non-seed paper.
+    """
+
+    key: str
+    title: str
+    seed: str = ""
+
+
+_ALL = (
+    Paper("layernorm", "Layer Normalization (Ba, Kiros & Hinton, 2016)"),
+    Paper("rmsnorm", "Root Mean Square Layer Normalization (Zhang & Sennrich, 2019)"),
+    Paper("softmax", "Attention Is All You Need (Vaswani et al., 2017)"),
+    Paper("softmax1", "Attention Is Off By One (Miller, 2023)"),
+    Paper("clipped", "Quantizable Transformers: Removing Outliers by Helping Attention Heads "
+          "Do Nothing (Bondarenko et al., 2023)"),
+    Paper("sparsemax", "From Softmax to Sparsemax (Martins & Astudillo, 2016)"),
+    Paper("entmax", "Sparse Sequence-to-Sequence Models (Peters et al., 2019)"),
+    Paper("dyt", "DyT as a Regime-Dependent Implicit Regularizer",
+          "Dynamic Tanh (DyT) removes LayerNorm by bounding activations"),
+    Paper("ngpt-fp4", "nGPT Is Inherently Robust to NVFP4 Training",
+          "Training large language models at 4-bit precision is critical"),
+    Paper("quadnorm", "QuadNorm: Quadrature Normalization for Neural Operators",
+          "Normalization layers in neural operators usually compute statistics"),
+    Paper("zc-swish", "Zero-Centered Swish for BatchNorm-Free Networks",
+          "Batch Normalization (BN) is a cornerstone of deep learning, yet"),
+    Paper("guaranteed-approx", "Hardware-Efficient Softmax and LayerNorm with Guaranteed "
+          "Normalization for Edge Devices",
+          "In Transformer models, non-GEMM (non-General Matrix Multiplication)"),
+    Paper("kappa", "Attention Operators from Kaniadakis and Abe Entropies",
+          "We derive two attention operators from generalized statistical entropies"),
+    Paper("oasis", "OASIS: Outlier- and Sink-Aware Inter-Layer Null Signaling",
+          "We propose OASIS, an outlier- and sink-aware technique"),
+    Paper("affine-rank", "Rank Collapse Revisited: LayerNorm Affine-Rank Neutrality, "
+          "Residuals and Position-Gated Output Projections",
+          "A widely cited result by Dong et al. (2021)"),
+    Paper("adaptive-scaling", "Moving Objects in TESS with a W-Net and Learned Data Scaling",
+          "We present a novel method for extracting moving objects from TESS data"),
+    Paper("norin", "NoRIN: Non-Linear Reversible Normalization with the Johnson S_U Transform",
+          "Reversible instance normalization (RevIN) and its successors"),
+    Paper("pamod", "PAMod: Phase-Amplitude Modulation for Cyclical Distribution Shifts",
+          "Real-world time series forecasting faces the fundamental challenge"),
+    Paper("stablegrad", "StableGrad: Optimizer-Level Scale Control for Deep PINNs",
+          "Training very deep neural networks requires controlling the propagation"),
+    Paper("kalman", "Kalman-Filter Reward Normalization for Policy Gradients",
+          "We propose a simple yet effective alternative to reward normalization"),
+    Paper("slas", "Reward Hacking and Advantage Normalization in GRPO for Text-to-Image",
+          "Recently, post-training methods based on reinforcement learning"),
+    Paper("p-grpo", "P-GRPO: Preference-Aware Group Normalization for Pluralistic Alignment",
+          "Despite their sophisticated general-purpose capabilities, Large Language Models"),
+    Paper("ssl", "Self-Supervised Learning as K-L Optimisation: Centering from Cluster Priors",
+          "Self-supervised learning (SSL) is recognized as an essential tool"),
+    Paper("macro", "MACRO: Msign-Aligned Constrained Riemannian Optimizer",
+          "The empirical success of large language model (LLM) pre-training"),
+    Paper("wne", "Wrapped Normalization Equivariance",
+          "Normalization Equivariance (NE) is a structural prior"),
+    Paper("cdflow", "CDFlow: Circulant-Diagonal Invertible Linear Layers for Flows",
+          "Normalizing flows are deep generative models"),
+    Paper("nsnquant", "NSNQuant: Calibration-Free Vector Quantization of the KV Cache",
+          "Large Language Model (LLM) inference is typically memory-intensive"),
+    Paper("fold-ln", "Foldable LayerNorm: Exact LayerNorm-to-RMSNorm Conversion",
+          "Layer normalization (LN) is a fundamental component in modern deep learning"),
+    Paper("swap-kl", "Replacement vs. Interchange Swap-KL for Layer Equivalence",
+          "When researchers ask whether two transformer layers are \"equivalent\""),
+    Paper("tale", "Task-Aware Layer Pruning Helps Out-of-Distribution, Not In-Distribution",
+          "Recent work has promoted task-aware layer pruning"),
+    Paper("curse-of-depth", "Sparsity Dampens Pre-LN Variance Growth and Eases the Curse "
+          "of Depth", "Recent work has demonstrated the curse of depth"),
+    Paper("numerics", "Mixed-Precision Analysis of Transformer Inference",
+          "Transformers are the state-of-the-art architecture for large language models"),
+    Paper("bn-unlearning", "A BatchNorm Confound in Unlearning Evaluation",
+          "Approximate machine unlearning aims to remove the influence"),
+)
+
+#: Every paper by key.
+PAPERS: dict[str, Paper] = {p.key: p for p in _ALL}
+
+
+def paper(key: str) -> str:
+    """The title of the paper registered under ``key``."""
+    try:
+        return PAPERS[key].title
+    except KeyError:
+        raise KeyError(f"No paper {key!r}; known: {', '.join(sorted(PAPERS))}.") from None

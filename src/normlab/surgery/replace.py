@@ -1,0 +1,150 @@
+"""Swap the normalization layers of a model for any registered norm."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from normlab._registry import get
+from normlab.layers.norms import LayerNorm, RMSNorm
+
+__all__ = ["Replacement", "is_layer_norm", "norm_eps", "norm_size", "replace_norms"]
+
+_NORM_TYPES: tuple[type[nn.Module], ...] = (nn.LayerNorm, nn.RMSNorm, LayerNorm, RMSNorm)
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """One norm that :func:`replace_norms` swapped.
+
+    Attributes:
+        name: qualified module name in the model.
+        old: class name of the module that was there.
+        new: class name of the module put there.
+        size: its normalized shape.
+    """
+
+    name: str
+    old: str
+    new: str
+    size: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def is_layer_norm(module: nn.Module) -> bool:
+    """Whether ``module`` is a LayerNorm or RMSNorm: torch's, normlab's, or a model
+    library's own class (``LlamaRMSNorm``, ``T5LayerNorm``, ...), recognised by name."""
+    if isinstance(module, _NORM_TYPES):
+        return True
+    name = type(module).__name__
+    return name.endswith(("LayerNorm", "RMSNorm")) and norm_size(module) is not None
+
+
+def norm_size(module: nn.Module) -> tuple[int, ...] | None:
+    """The normalized shape of a norm module, from ``normalized_shape`` or its weight."""
+    shape = getattr(module, "normalized_shape", None)
+    if shape is not None:
+        return (shape,) if isinstance(shape, int) else tuple(shape)
+    weight = getattr(module, "weight", None)
+    if isinstance(weight, torch.Tensor):
+        return tuple(weight.shape)
+    size = getattr(module, "hidden_size", None)
+    return (size,) if isinstance(size, int) else None
+
+
+def norm_eps(module: nn.Module) -> float | None:
+    """The epsilon of a norm module (``eps`` or Hugging Face's ``variance_epsilon``)."""
+    for attr in ("eps", "variance_epsilon"):
+        value = getattr(module, attr, None)
+        if isinstance(value, float | int):
+            return float(value)
+    return None
+
+
+def _factory(module: nn.Module, model: nn.Module) -> dict[str, Any]:
+    for source in (module, model):
+        for t in (*source.parameters(), *source.buffers()):
+            return {"device": t.device, "dtype": t.dtype}
+    return {}
+
+
+def _accepts(builder: Callable[..., Any], name: str) -> bool:
+    target = getattr(builder, "func", builder)
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+@torch.no_grad()
+def _copy_affine(old: nn.Module, new: nn.Module) -> None:
+    for attr in ("weight", "bias"):
+        src, dst = getattr(old, attr, None), getattr(new, attr, None)
+        if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor):
+            if src.shape == dst.shape:
+                dst.copy_(src)
+
+
+def replace_norms(
+    model: nn.Module,
+    to: str | Callable[..., nn.Module] = "dyt",
+    *,
+    match: Callable[[nn.Module], bool] = is_layer_norm,
+    site_kwargs: Callable[[str], dict[str, Any]] | None = None,
+    copy_affine: bool = True,
+    **kwargs: Any,
+) -> list[Replacement]:
+    """Replace every norm of ``model`` in place and return what was replaced.
+
+    Each new module is built as ``builder(size, **kwargs, **site_kwargs(name))`` with the
+    old module's normalized shape, device and dtype; the old ``eps`` carries over when the
+    new norm takes one and ``kwargs`` does not set it. With ``copy_affine`` a weight/bias
+    of matching shape is copied (norms stored as ``1 + weight``, as in Gemma, need
+    ``copy_affine=False``).
+
+    Args:
+        model: the model to change in place.
+        to: a registered norm name (e.g. ``"dyt"``, ``"rmsnorm"``) or a module builder.
+        match: which modules to replace; LayerNorm/RMSNorm-like modules by default.
+        site_kwargs: per-site extra arguments from the qualified module name, e.g.
+            ``lambda name: {"alpha_init": llm_alpha_init(name)}`` for DyT.
+        copy_affine: copy the old weight and bias into the new module.
+        **kwargs: arguments for every new module.
+
+    Example:
+        >>> replaced = replace_norms(model, "dyt", alpha_init=0.5)
+    """
+    if isinstance(to, str):
+        method = get(to)
+        if method.kind != "norm":
+            raise ValueError(f"{to!r} is a {method.kind} method; replace_norms needs a norm.")
+        builder: Callable[..., nn.Module] = method.builder
+    else:
+        builder = to
+    targets = [
+        (name, module) for name, module in model.named_modules() if name and match(module)
+    ]
+    replaced = []
+    for name, old in targets:
+        size = norm_size(old)
+        if size is None:
+            raise ValueError(f"Cannot tell the feature size of {name} ({type(old).__name__}).")
+        kw = {**kwargs, **(site_kwargs(name) if site_kwargs else {})}
+        eps = norm_eps(old)
+        if eps is not None and "eps" not in kw and _accepts(builder, "eps"):
+            kw["eps"] = eps
+        new = builder(size if len(size) > 1 else size[0], **kw).to(**_factory(old, model))
+        if copy_affine:
+            _copy_affine(old, new)
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, new)
+        replaced.append(Replacement(name, type(old).__name__, type(new).__name__, size))
+    return replaced
