@@ -32,7 +32,9 @@ class MultiheadAttention(nn.Module):
 
     Args:
         dim: model width.
-        heads: number of heads; must divide ``dim``.
+        heads: number of query heads; must divide ``dim``.
+        kv_heads: number of key/value heads for grouped-query attention (must divide
+            ``heads``); ``None`` for one per query head.
         score: score normalizer: a registry name, a function or a module.
         score_kwargs: hyperparameters of the score normalizer.
         gated: add the per-head output gate.
@@ -46,6 +48,7 @@ class MultiheadAttention(nn.Module):
         dim: int,
         heads: int,
         *,
+        kv_heads: int | None = None,
         score: str | ScoreFn | nn.Module = "softmax",
         score_kwargs: dict[str, Any] | None = None,
         gated: bool = False,
@@ -58,13 +61,19 @@ class MultiheadAttention(nn.Module):
         super().__init__()
         if heads <= 0 or dim % heads:
             raise ValueError(f"heads must be a positive divisor of dim={dim}, got {heads}.")
+        kv_heads = heads if kv_heads is None else kv_heads
+        if kv_heads <= 0 or heads % kv_heads:
+            raise ValueError(
+                f"kv_heads must be a positive divisor of heads={heads}, got {kv_heads}."
+            )
         factory = {"device": device, "dtype": dtype}
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        self.kv_heads = kv_heads
         self.causal, self.gated = causal, gated
         self.scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)
         self.score_name = score if isinstance(score, str) else None
         self.score = score_norm(score, **(score_kwargs or {}))
-        self.qkv = nn.Linear(dim, 3 * dim, bias=bias, **factory)
+        self.qkv = nn.Linear(dim, dim + 2 * kv_heads * self.head_dim, bias=bias, **factory)
         self.out = nn.Linear(dim, dim, bias=bias, **factory)
         if gated:
             self.gate_weight = nn.Parameter(torch.empty(heads, self.head_dim, **factory))
@@ -78,8 +87,16 @@ class MultiheadAttention(nn.Module):
             nn.init.constant_(self.gate_bias, GATE_BIAS_INIT)
 
     def _split(self, t: torch.Tensor) -> torch.Tensor:
-        b, n, _ = t.shape
-        return t.view(b, n, self.heads, self.head_dim).transpose(1, 2)
+        b, n, width = t.shape
+        return t.view(b, n, width // self.head_dim, self.head_dim).transpose(1, 2)
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        kv = self.kv_heads * self.head_dim
+        q, k, v = (self._split(t) for t in self.qkv(x).split([self.dim, kv, kv], dim=-1))
+        if self.kv_heads != self.heads:
+            repeat = self.heads // self.kv_heads
+            k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        return q, k, v
 
     def _mask(self, n: int, attn_mask: torch.Tensor | None, device: torch.device) -> torch.Tensor:
         keep = torch.ones(n, n, dtype=torch.bool, device=device)
@@ -111,7 +128,7 @@ class MultiheadAttention(nn.Module):
             )
         check_trailing_shape(x, (self.dim,))
         n = x.shape[1]
-        q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
+        q, k, v = self._project(x)
         probs = None
         if self.score_name == "softmax" and not return_probs:
             mask = None if attn_mask is None else self._mask(n, attn_mask, x.device)
@@ -134,6 +151,6 @@ class MultiheadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return (
-            f"dim={self.dim}, heads={self.heads}, causal={self.causal}, gated={self.gated}, "
+            f"dim={self.dim}, heads={self.heads}, kv_heads={self.kv_heads}, causal={self.causal}, gated={self.gated}, "
             f"scale={self.scale:.4g}"
         )

@@ -1,0 +1,1 @@
+"""Data that exists on every machine: stdlib text, wheel-shipped series, generated fields."""

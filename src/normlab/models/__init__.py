@@ -1,0 +1,1 @@
+"""Small reference models that claims train and probe."""

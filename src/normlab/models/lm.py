@@ -1,0 +1,232 @@
+"""Training and evaluating TinyGPT on the standard-library corpus, with a shared cache.
+
+A trained model is stored under the cache folder (:func:`normlab._io.cache_dir`), addressed
+by a hash of its architecture, training settings, seed and the corpus, as safetensors plus
+a JSON log. Claims that ask for the same model share one training run; two processes
+asking at once wait on a file lock instead of training twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from normlab._io import atomic_write_bytes, atomic_write_json, cache_dir, content_hash, file_lock
+from normlab.data.corpus import corpus, corpus_fingerprint, sample_batch
+from normlab.models.gpt import GPTConfig, TinyGPT
+
+__all__ = ["TrainConfig", "evaluate_bpb", "load_snapshot", "lm_cache_key", "train_lm"]
+
+#: Bump when training code changes in a way that changes results.
+TRAIN_VERSION = 1
+_LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train a TinyGPT.
+
+    Attributes:
+        steps: optimizer steps.
+        batch: sequences per step.
+        lr: peak learning rate (AdamW), reached after ``warmup`` steps, then cosine decay
+            to ``lr * min_lr_ratio``.
+        weight_decay: decoupled weight decay on matrices (not on norms, biases, scales).
+        warmup: linear warm-up steps.
+        min_lr_ratio: final learning rate over peak.
+        grad_clip: global gradient-norm clip (0 disables).
+        betas: AdamW betas.
+        train_bytes: train on only the first this many bytes of the training split (a
+            smaller dataset, seen for more epochs); None for all of it.
+        eval_every: evaluate validation bits-per-byte every this many steps (0: at the end).
+        eval_batches: batches per evaluation.
+        snapshots: steps after which to also store the weights (see :func:`load_snapshot`).
+    """
+
+    steps: int = 1500
+    batch: int = 32
+    lr: float = 2e-3
+    weight_decay: float = 0.1
+    warmup: int = 50
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    train_bytes: int | None = None
+    eval_every: int = 0
+    eval_batches: int = 4
+    snapshots: tuple[int, ...] = ()
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate at ``step`` (0-based)."""
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        progress = (step - self.warmup) / max(1, self.steps - self.warmup)
+        cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine)
+
+
+def lm_cache_key(model_config: GPTConfig, train_config: TrainConfig, seed: int) -> str:
+    """The content address of a trained model."""
+    return content_hash(
+        {
+            "model": model_config.to_dict(),
+            "train": asdict(train_config),
+            "seed": seed,
+            "corpus": corpus_fingerprint(),
+            "version": TRAIN_VERSION,
+            "torch": torch.__version__.split("+")[0],
+        }
+    )
+
+
+def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        is_matrix = p.dim() >= 2 and "norm" not in name
+        (decay if is_matrix else no_decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+@torch.no_grad()
+def evaluate_bpb(
+    model: TinyGPT,
+    split: str = "val",
+    batches: int = 8,
+    batch: int = 16,
+    seed: int = 0,
+    context: int | None = None,
+) -> float:
+    """Mean bits per byte of ``model`` on fixed random windows of a corpus split.
+
+    The windows depend only on ``seed``, so two models are compared on the same text. The
+    model's train/eval mode is restored afterwards.
+    """
+    context = context or model.config.context
+    generator = torch.Generator().manual_seed(10_000 + seed)
+    data = corpus(split)
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    for _ in range(batches):
+        x, y = sample_batch(data, batch, context, generator)
+        logits = model(x)
+        total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten()).item()
+    model.train(was_training)
+    return total / batches / _LN2
+
+
+def _paths(key: str, step: int | None = None) -> tuple[Path, Path]:
+    folder = cache_dir() / "lm"
+    stem = key if step is None else f"{key}-step{step}"
+    return folder / f"{stem}.safetensors", folder / f"{key}.json"
+
+
+def _save_weights(model: TinyGPT, path: Path) -> None:
+    from safetensors.torch import save
+
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    atomic_write_bytes(path, save(state))
+
+
+def _load_weights(model: TinyGPT, path: Path) -> None:
+    from safetensors.torch import load
+
+    model.load_state_dict(load(path.read_bytes()))
+
+
+def _train(model_config: GPTConfig, tc: TrainConfig, seed: int, key: str) -> tuple[TinyGPT, dict]:
+    torch.manual_seed(seed)
+    model = TinyGPT(model_config)
+    model.train()
+    optimizer = torch.optim.AdamW(
+        _param_groups(model, tc.weight_decay), lr=tc.lr, betas=tc.betas
+    )
+    generator = torch.Generator().manual_seed(seed)
+    data = corpus("train")
+    log: dict[str, Any] = {"step": [], "train_bpb": [], "eval_step": [], "val_bpb": []}
+    start = time.perf_counter()
+    for step in range(tc.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = tc.lr_at(step)
+        x, y = sample_batch(data, tc.batch, model_config.context, generator, limit=tc.train_bytes)
+        loss = F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"Training diverged at step {step}: loss {loss.item()}.")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if tc.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+        optimizer.step()
+        model.after_step()
+        done = step + 1
+        if done % 10 == 0 or done == tc.steps:
+            log["step"].append(done)
+            log["train_bpb"].append(loss.item() / _LN2)
+        if (tc.eval_every and done % tc.eval_every == 0) or done == tc.steps:
+            log["eval_step"].append(done)
+            log["val_bpb"].append(evaluate_bpb(model, batches=tc.eval_batches, seed=seed))
+        if done in tc.snapshots:
+            _save_weights(model, _paths(key, done)[0])
+    log["seconds"] = time.perf_counter() - start
+    log["params"] = model.num_parameters()
+    return model, log
+
+
+def train_lm(
+    model_config: GPTConfig, train_config: TrainConfig, seed: int = 0, *, cache: bool = True
+) -> tuple[TinyGPT, dict[str, Any]]:
+    """Train a TinyGPT, or load it from the cache when this exact run was done before.
+
+    Args:
+        model_config: the architecture.
+        train_config: the training settings.
+        seed: seeds the initialization and the batch order.
+        cache: read and write the model cache.
+
+    Returns:
+        The model (in eval mode) and its training log: ``step``/``train_bpb`` every 10
+        steps, ``eval_step``/``val_bpb``, ``seconds``, ``params`` and ``key``.
+    """
+    key = lm_cache_key(model_config, train_config, seed)
+    weights, log_path = _paths(key)
+    if not cache:
+        model, log = _train(model_config, train_config, seed, key)
+        return model.eval(), {**log, "key": key}
+    with file_lock(weights.with_suffix(".lock")):
+        if weights.exists() and log_path.exists():
+            model = TinyGPT(model_config)
+            _load_weights(model, weights)
+            return model.eval(), json.loads(log_path.read_text())
+        model, log = _train(model_config, train_config, seed, key)
+        log["key"] = key
+        _save_weights(model, weights)
+        atomic_write_json(log_path, log)
+    return model.eval(), log
+
+
+def load_snapshot(
+    model_config: GPTConfig, train_config: TrainConfig, seed: int, step: int
+) -> TinyGPT:
+    """The weights stored after ``step`` of a run listed in ``train_config.snapshots``.
+
+    Trains (or loads) the run first if needed.
+    """
+    if step not in train_config.snapshots:
+        raise ValueError(f"step {step} is not in train_config.snapshots {train_config.snapshots}.")
+    key = lm_cache_key(model_config, train_config, seed)
+    path = _paths(key, step)[0]
+    if not path.exists():
+        train_lm(model_config, train_config, seed)
+    model = TinyGPT(model_config)
+    _load_weights(model, path)
+    return model.eval()
