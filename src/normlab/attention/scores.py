@@ -1,4 +1,8 @@
-"""Score normalizers as modules: one class, the normalizing function is its argument."""
+"""Score normalizers as modules: one class, the normalizing function is its argument.
+
+Registered here: softmax, softmax1, clipped softmax, the entropic kappa- and Abe-softmax,
+sparsemax and (when the optional ``entmax`` package is installed) 1.5-entmax.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from torch import nn
 
 from normlab import functional as NF
 from normlab._registry import Method, get, register
+from normlab.functional.sparse import entmax_available
 from normlab.papers import paper
 
 __all__ = ["ScoreNorm", "score_norm"]
@@ -83,3 +88,31 @@ _register(
     "clip((zeta - gamma) softmax(x) + gamma, 0, 1): exact zeros without extreme logits",
     aliases=("clipped",),
 )
+_register(
+    "kappa-softmax",
+    NF.kappa_softmax,
+    "kappa",
+    "argmax of Kaniadakis entropy + <p, x>: alpha exp_k((x - gamma)/lam), algebraic tail",
+    aliases=("kappa",),
+)
+_register(
+    "abe-softmax",
+    NF.abe_softmax,
+    "kappa",
+    "argmax of Abe entropy (q <-> 1/q symmetric) + <p, x>; softmax at q = 1",
+    aliases=("abe",),
+)
+_register(
+    "sparsemax",
+    NF.sparsemax,
+    "sparsemax",
+    "Euclidean projection onto the simplex: max(x - tau, 0), exact zeros",
+)
+if entmax_available():  # optional extra "sparse"; without it the method is not offered
+    _register(
+        "entmax15",
+        NF.entmax15,
+        "entmax",
+        "1.5-entmax: [(x/2 - tau)_+]^2, sparse and smoother than sparsemax (entmax package)",
+        aliases=("entmax",),
+    )

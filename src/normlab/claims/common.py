@@ -26,10 +26,14 @@ def cell(measurement: dict[str, Any], method: str, metric: str) -> float:
         return float(measurement["table"][method][metric])
     except KeyError:
         methods = sorted(measurement.get("table", {}))
-        raise KeyError(f"No {metric!r} for {method!r} in the table (methods: {methods}).") from None
+        raise KeyError(
+            f"No {metric!r} for {method!r} in the table (methods: {methods})."
+        ) from None
 
 
-def mean_table(measurements: Sequence[dict[str, Any]]) -> dict[str, dict[str, tuple[float, float]]]:
+def mean_table(
+    measurements: Sequence[dict[str, Any]],
+) -> dict[str, dict[str, tuple[float, float]]]:
     """Per method and metric, ``(mean, sd)`` over seeds (sd 0 for one seed)."""
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for method in measurements[0]["table"]:

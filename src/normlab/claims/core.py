@@ -226,7 +226,7 @@ def _load() -> None:
 
     import normlab.claims as package
 
-    infrastructure = {"core", "runner", "report", "cache", "common"}
+    infrastructure = {"core", "runner", "report", "common", "progress"}
     for info in pkgutil.iter_modules(package.__path__):
         if not info.name.startswith("_") and info.name not in infrastructure:
             importlib.import_module(f"{package.__name__}.{info.name}")

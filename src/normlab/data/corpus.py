@@ -30,9 +30,7 @@ _EXCLUDED_DIRS = {"site-packages", "test", "tests", "idle_test", "__pycache__"}
 @functools.cache
 def _files() -> tuple[Path, ...]:
     root = Path(sysconfig.get_paths()["stdlib"])
-    return tuple(
-        sorted(p for p in root.rglob("*.py") if not _EXCLUDED_DIRS.intersection(p.parts))
-    )
+    return tuple(sorted(p for p in root.rglob("*.py") if not _EXCLUDED_DIRS.intersection(p.parts)))
 
 
 def _is_val(path: Path) -> bool:

@@ -22,7 +22,7 @@ from normlab._io import atomic_write_bytes, atomic_write_json, cache_dir, conten
 from normlab.data.corpus import corpus, corpus_fingerprint, sample_batch
 from normlab.models.gpt import GPTConfig, TinyGPT
 
-__all__ = ["TrainConfig", "evaluate_bpb", "load_snapshot", "lm_cache_key", "train_lm"]
+__all__ = ["TrainConfig", "evaluate_bpb", "lm_cache_key", "load_snapshot", "train_lm"]
 
 #: Bump when training code changes in a way that changes results.
 TRAIN_VERSION = 1
@@ -148,9 +148,7 @@ def _train(model_config: GPTConfig, tc: TrainConfig, seed: int, key: str) -> tup
     torch.manual_seed(seed)
     model = TinyGPT(model_config)
     model.train()
-    optimizer = torch.optim.AdamW(
-        _param_groups(model, tc.weight_decay), lr=tc.lr, betas=tc.betas
-    )
+    optimizer = torch.optim.AdamW(_param_groups(model, tc.weight_decay), lr=tc.lr, betas=tc.betas)
     generator = torch.Generator().manual_seed(seed)
     data = corpus("train")
     log: dict[str, Any] = {"step": [], "train_bpb": [], "eval_step": [], "val_bpb": []}

@@ -88,9 +88,9 @@ def _accepts(builder: Callable[..., Any], name: str) -> bool:
 def _copy_affine(old: nn.Module, new: nn.Module) -> None:
     for attr in ("weight", "bias"):
         src, dst = getattr(old, attr, None), getattr(new, attr, None)
-        if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor):
-            if src.shape == dst.shape:
-                dst.copy_(src)
+        tensors = isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor)
+        if tensors and src.shape == dst.shape:
+            dst.copy_(src)
 
 
 def replace_norms(
@@ -129,9 +129,7 @@ def replace_norms(
         builder: Callable[..., nn.Module] = method.builder
     else:
         builder = to
-    targets = [
-        (name, module) for name, module in model.named_modules() if name and match(module)
-    ]
+    targets = [(name, module) for name, module in model.named_modules() if name and match(module)]
     replaced = []
     for name, old in targets:
         size = norm_size(old)

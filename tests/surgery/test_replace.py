@@ -1,0 +1,78 @@
+"""replace_norms on torch modules and on a Hugging Face GPT-2 built from a config."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from normlab.layers import DyT, RMSNorm, llm_alpha_init
+from normlab.surgery import replace_norms
+
+
+class Toy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(8, eps=1e-3)
+        self.body = nn.ModuleList([nn.Linear(8, 8), nn.RMSNorm(8)])
+        self.ln_f = nn.LayerNorm(8, elementwise_affine=False)
+
+    def forward(self, x):
+        return self.ln_f(self.body[1](self.body[0](self.ln_1(x))))
+
+
+def test_replaces_every_norm_and_reports_it():
+    model = Toy().double()
+    with torch.no_grad():
+        model.ln_1.weight.fill_(2.0)
+    replaced = replace_norms(model, "dyt", site_kwargs=lambda n: {"alpha_init": llm_alpha_init(n)})
+    assert [r.name for r in replaced] == ["ln_1", "body.1", "ln_f"]
+    assert [r.old for r in replaced] == ["LayerNorm", "RMSNorm", "LayerNorm"]
+    assert all(isinstance(m, DyT) for m in (model.ln_1, model.body[1], model.ln_f))
+    assert model.ln_1.weight.dtype == torch.float64
+    assert torch.equal(model.ln_1.weight, torch.full((8,), 2.0, dtype=torch.float64))
+    assert model.ln_1.alpha.item() == pytest.approx(0.8)
+    assert model.ln_f.alpha.item() == pytest.approx(0.2)
+    assert model(torch.randn(2, 8, dtype=torch.float64)).shape == (2, 8)
+
+
+def test_eps_carries_over_and_layer_norm_to_rms_norm():
+    model = Toy()
+    replace_norms(model, "rmsnorm")
+    assert isinstance(model.ln_1, RMSNorm) and model.ln_1.eps == 1e-3
+
+
+def test_rejects_non_norm_methods():
+    with pytest.raises(ValueError, match="needs a norm"):
+        replace_norms(Toy(), "softmax1")
+    with pytest.raises(KeyError, match="Closest"):
+        replace_norms(Toy(), "dytt")
+
+
+def test_hugging_face_gpt2_from_config():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=16
+    )
+    model = transformers.GPT2LMHeadModel(config).eval()
+    replaced = replace_norms(model, "rmsnorm")
+    assert len(replaced) == 2 * 2 + 1  # ln_1, ln_2 per block and ln_f
+    assert all(r.size == (32,) for r in replaced)
+    logits = model(torch.randint(0, 100, (1, 8))).logits
+    assert logits.shape == (1, 8, 100) and torch.isfinite(logits).all()
+
+
+def test_hugging_face_llama_rms_norm_is_recognised():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=100,
+    )
+    model = transformers.LlamaForCausalLM(config)
+    replaced = replace_norms(model, "dyt")
+    assert {r.old for r in replaced} == {"LlamaRMSNorm"}
+    assert len(replaced) == 3
