@@ -31,7 +31,7 @@ def test_layers_argument_runs_blocks_in_the_given_order():
     x = torch.randint(0, 257, (2, 8))
     torch.testing.assert_close(model(x, layers=[0, 1]), model(x))
     assert not torch.allclose(model(x, layers=[1, 0]), model(x))
-    logits, probs = model(x, layers=[1], return_probs=True)
+    _, probs = model(x, layers=[1], return_probs=True)
     assert len(probs) == 1 and probs[0].shape == (2, 2, 8, 8)
 
 
@@ -61,7 +61,7 @@ def test_training_learns_and_is_cached(tmp_path, monkeypatch):
     assert not torch.equal(other.head.weight, model.head.weight)
     snap = load_snapshot(TINY, SHORT, 0, 3)
     assert not torch.equal(snap.head.weight, model.head.weight)
-    with pytest.raises(ValueError, match="not in train_config.snapshots"):
+    with pytest.raises(ValueError, match=r"not in train_config\.snapshots"):
         load_snapshot(TINY, SHORT, 0, 4)
 
 
