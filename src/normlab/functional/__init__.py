@@ -4,17 +4,54 @@ Each module under ``normlab.layers`` and ``normlab.attention`` is a thin wrapper
 these functions, so they can be used without building a module.
 """
 
+from normlab.functional.activations import swish_gaussian_mean, zc_swish
+from normlab.functional.approx import (
+    approx_layer_norm,
+    approx_reciprocal,
+    approx_rsqrt,
+    approx_softmax,
+    layer_norm_approximation_error,
+    softmax_approximation_error,
+)
+from normlab.functional.entropic import abe_softmax, kappa_exp, kappa_log, kappa_softmax
 from normlab.functional.norms import dyt, dyt_saturation, l2_normalize, layer_norm, rms_norm
+from normlab.functional.quadrature import (
+    blend_quad_norm,
+    quad_moments,
+    quad_norm,
+    quadrature_weights,
+    quadrature_weights_1d,
+)
 from normlab.functional.scores import clipped_softmax, null_mass, softmax, softmax1
+from normlab.functional.sparse import entmax15, sparsemax
 
 __all__ = [
+    "abe_softmax",
+    "approx_layer_norm",
+    "approx_reciprocal",
+    "approx_rsqrt",
+    "approx_softmax",
+    "blend_quad_norm",
     "clipped_softmax",
     "dyt",
     "dyt_saturation",
+    "entmax15",
+    "kappa_exp",
+    "kappa_log",
+    "kappa_softmax",
     "l2_normalize",
     "layer_norm",
+    "layer_norm_approximation_error",
     "null_mass",
+    "quad_moments",
+    "quad_norm",
+    "quadrature_weights",
+    "quadrature_weights_1d",
     "rms_norm",
     "softmax",
     "softmax1",
+    "softmax_approximation_error",
+    "sparsemax",
+    "swish_gaussian_mean",
+    "zc_swish",
 ]

@@ -51,10 +51,10 @@ def quadrature_weights_1d(
       grid, since both endpoints get a full share).
     - ``trapezoid``: ``h [1/2, 1, ..., 1, 1/2]``; exact for linear functions, error ``O(h^2)``.
     - ``simpson``: ``(h/3) [1, 4, 2, 4, ..., 2, 4, 1]`` for odd ``n``; exact for cubics, error
-      ``O(h^4)``. For even ``n`` (an odd number of intervals) normlab applies composite
-      Simpson on the first ``n - 3`` intervals... precisely: on the first ``n - 4``
-      intervals, and Simpson's 3/8 rule ``(3h/8) [1, 3, 3, 1]`` on the last three, so the
-      rule stays exact for cubics and ``O(h^4)``; ``n = 2`` falls back to the trapezoid.
+      ``O(h^4)``. For even ``n`` (an odd number of intervals) normlab's choice is composite
+      Simpson on the first ``n - 4`` intervals and Simpson's 3/8 rule
+      ``(3h/8) [1, 3, 3, 1]`` on the last three, so the rule stays exact for cubics and
+      ``O(h^4)``; ``n = 2`` falls back to the trapezoid.
     - ``periodic=True``: uniform weights for every rule. On a periodic endpoint-exclusive
       grid the trapezoid rule *is* the uniform mean, and it is spectrally accurate for
       smooth periodic functions, so no other rule improves on it.
@@ -94,11 +94,14 @@ def _cached_weights(
     dtype: torch.dtype,
     device: torch.device,
 ) -> torch.Tensor:
-    w = torch.ones((), dtype=torch.float64)
-    for n, per in zip(shape, periodic, strict=True):
-        w1 = quadrature_weights_1d(n, rule, periodic=per)  # type: ignore[arg-type]
-        w = w[..., None] * (w1 / w1.sum())
-    return w.to(dtype=dtype, device=device)
+    # Built outside inference mode: a cached inference tensor could not be saved for
+    # backward by a later call that needs gradients.
+    with torch.inference_mode(False):
+        w = torch.ones((), dtype=torch.float64)
+        for n, per in zip(shape, periodic, strict=True):
+            w1 = quadrature_weights_1d(n, rule, periodic=per)  # type: ignore[arg-type]
+            w = w[..., None] * (w1 / w1.sum())
+        return w.to(dtype=dtype, device=device)
 
 
 def _as_periodic(periodic: bool | Sequence[bool], ndim: int) -> tuple[bool, ...]:
@@ -192,8 +195,8 @@ def quad_norm(
     """QuadNorm: instance normalization with quadrature-weighted moments.
 
     ``y = (x - mu) / sqrt(var + eps) * weight[c] + bias[c]`` with ``mu``, ``var`` from
-    :func:`quad_moments` (per sample and channel over the grid). ``rule="uniform"`` is
-    exactly ``torch.nn.functional.instance_norm``.
+    :func:`quad_moments` (per sample and channel over the grid). ``rule="uniform"`` equals
+    ``torch.nn.functional.instance_norm`` up to rounding.
 
     Args:
         x: input of shape ``(batch, channels, *grid)``, 1 to 3 grid dimensions.
@@ -224,7 +227,8 @@ def blend_quad_norm(
     ``z_quad`` is QuadNorm's normalized value (per sample and channel) and ``z_layer``
     normalizes each sample over all channels and grid points together, with the same
     quadrature weights over the grid and equal weights over channels (GroupNorm with one
-    group when ``rule="uniform"``), so both terms are resolution-consistent.
+    group when ``rule="uniform"``), so with a quadrature rule both terms are
+    ``O(h^2)``-consistent across resolutions.
 
     The seed names BlendQuadNorm as staying close to LayerNorm (alpha = 0.3 for periodic
     FNO) without giving its formula; this blend of the normalized values before a shared

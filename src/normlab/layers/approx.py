@@ -1,0 +1,120 @@
+"""Guaranteed-normalization approximations: an approximate LayerNorm module and the
+registration of the approximate softmax as a score normalizer."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import torch
+
+from normlab import functional as NF
+from normlab._registry import Method, register
+from normlab.attention.scores import ScoreNorm
+from normlab.layers.norms import _AffineNorm
+from normlab.papers import paper
+
+__all__ = ["ApproxLayerNorm"]
+
+
+class ApproxLayerNorm(_AffineNorm):
+    """LayerNorm with a table-plus-Newton ``1/sqrt`` and a guaranteed unit std.
+
+    ``y = (x - mu) r (3 - u) / 2 * weight + bias`` with ``r`` an approximate
+    ``1/sqrt(var + eps)`` (exponent halving, a ``2^table_bits``-entry table, ``newton_steps``
+    Newton steps) and ``u = (var + eps) r^2`` measured on the output, so the output's
+    standard deviation equals exact LayerNorm's to within ``3 (u - 1)^2 / 8`` (seed
+    "Hardware-Efficient Softmax and LayerNorm with Guaranteed Normalization for Edge
+    Devices"; the datapath is normlab's, see :func:`normlab.functional.approx_layer_norm`).
+
+    Args:
+        normalized_shape: size of the trailing dimension(s) to normalize over.
+        eps: added to the variance.
+        elementwise_affine: learn a per-feature weight (and bias).
+        bias: learn a bias when ``elementwise_affine``.
+        newton_steps: Newton steps of the inverse square root.
+        table_bits: the inverse-square-root table has ``2^table_bits`` entries.
+        renormalize: rescale by the measured output variance (the guarantee).
+    """
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        *,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        newton_steps: int = 1,
+        table_bits: int = 5,
+        renormalize: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        if not isinstance(newton_steps, int) or newton_steps < 0:
+            raise ValueError(f"newton_steps must be a non-negative int, got {newton_steps!r}.")
+        if not isinstance(table_bits, int) or not 0 <= table_bits <= 16:
+            raise ValueError(f"table_bits must be an int in [0, 16], got {table_bits!r}.")
+        self.eps = eps
+        self.newton_steps = newton_steps
+        self.table_bits = table_bits
+        self.renormalize = renormalize
+        super().__init__(
+            normalized_shape,
+            elementwise_affine=elementwise_affine,
+            bias=bias,
+            device=device,
+            dtype=dtype,
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return NF.approx_layer_norm(
+            x,
+            self.normalized_shape,
+            self.weight,
+            self.bias,
+            self.eps,
+            newton_steps=self.newton_steps,
+            table_bits=self.table_bits,
+            renormalize=self.renormalize,
+        )
+
+    def approximation_error(self, x: torch.Tensor) -> float:
+        """Largest ``|self(x) - LayerNorm(x)|`` with the same weight, bias and eps."""
+        return NF.layer_norm_approximation_error(
+            x,
+            self.normalized_shape,
+            self.weight,
+            self.bias,
+            self.eps,
+            newton_steps=self.newton_steps,
+            table_bits=self.table_bits,
+            renormalize=self.renormalize,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, newton_steps={self.newton_steps}, "
+            f"table_bits={self.table_bits}, renormalize={self.renormalize}"
+        )
+
+
+register(
+    Method(
+        "approx-layernorm",
+        "norm",
+        ApproxLayerNorm,
+        paper("guaranteed-approx"),
+        "LayerNorm with table + Newton rsqrt, rescaled so the output std is exactly LN's",
+        aliases=("approx_ln",),
+    )
+)
+register(
+    Method(
+        "approx-softmax",
+        "score",
+        functools.partial(ScoreNorm, NF.approx_softmax),
+        paper("guaranteed-approx"),
+        "softmax with 2^q (1 + f) exponent and table reciprocal; residual to argmax, sum p = 1",
+        layout="scores",
+    )
+)
