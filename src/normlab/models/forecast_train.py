@@ -1,0 +1,264 @@
+"""One trainer for every reversible normalizer: a backbone between normalize and denormalize.
+
+:class:`Forecaster` wraps a normalizer (any ``normlab.series`` method, or None) around a
+backbone (:mod:`normlab.models.forecast`). :func:`train_forecaster` trains it with Adam on
+MSE, early stopping on validation MSE, and uses each normalizer's extra training signal as
+its ``aux_schedule`` says: FAN's auxiliary loss is added every step ("joint"); SAN's
+statistics predictor is trained alone first, then frozen ("pretrain").
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import normlab
+from normlab.data.series import Splits, Windows
+from normlab.models.forecast import build_backbone
+from normlab.series import ReversibleNorm, State
+
+__all__ = [
+    "Forecaster",
+    "TrainConfig",
+    "TrainResult",
+    "build_forecaster",
+    "build_norm",
+    "evaluate",
+    "fit_and_test",
+    "train_forecaster",
+]
+
+
+def build_norm(
+    name: str,
+    channels: int,
+    *,
+    lookback: int,
+    horizon: int,
+    periods: Sequence[int] = (24,),
+    **kwargs: Any,
+) -> ReversibleNorm:
+    """The registered series normalizer ``name``, given the arguments it needs.
+
+    Dish-TS gets ``lookback``; SAN and FAN ``lookback`` and ``horizon``; PAMod ``periods``;
+    SAN's slice length is the first period when it divides both lengths, else their gcd;
+    ``kwargs`` are passed on (e.g. ``delta=`` for NoRIN).
+    """
+    method = normlab.get(name)
+    if method.kind != "series":
+        raise ValueError(f"{name!r} is a {method.kind!r} method, not a series normalizer.")
+    slice_len = periods[0] if periods else 24
+    if lookback % slice_len or horizon % slice_len:
+        slice_len = math.gcd(lookback, horizon)
+    needs: dict[str, dict[str, Any]] = {
+        "dish-ts": {"lookback": lookback},
+        "san": {"lookback": lookback, "horizon": horizon, "period": slice_len},
+        "fan": {"lookback": lookback, "horizon": horizon},
+        "pamod": {"periods": tuple(periods)},
+    }
+    return method.create(channels, **needs.get(method.name, {}), **kwargs)
+
+
+class Forecaster(nn.Module):
+    """``y = denormalize(backbone(normalize(x)))``; with ``norm=None`` just the backbone."""
+
+    def __init__(self, norm: ReversibleNorm | None, backbone: nn.Module) -> None:
+        super().__init__()
+        self.norm = norm
+        self.backbone = backbone
+
+    def forward(
+        self, x: torch.Tensor, index: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, State | None]:
+        """Return the forecast, the backbone's normalized-space output and the state."""
+        if self.norm is None:
+            y_hat = self.backbone(x)
+            return y_hat, y_hat, None
+        z, state = self.norm.normalize(x, index=index)
+        y_hat = self.backbone(z)
+        return self.norm.denormalize(y_hat, state), y_hat, state
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train a forecaster.
+
+    Attributes:
+        epochs: most epochs of the main stage.
+        batch: windows per step.
+        lr: Adam learning rate.
+        patience: stop after this many epochs without a better validation MSE.
+        batches_per_epoch: steps per epoch (random windows), or None for one full pass.
+        val_windows: validate on this many evenly spaced windows, or None for all.
+        pretrain_epochs: epochs of the first stage for ``aux_schedule == "pretrain"`` (SAN).
+        weight_decay: Adam's L2 penalty.
+    """
+
+    epochs: int = 10
+    batch: int = 32
+    lr: float = 1e-3
+    patience: int = 3
+    batches_per_epoch: int | None = None
+    val_windows: int | None = None
+    pretrain_epochs: int = 3
+    weight_decay: float = 0.0
+
+
+@dataclass
+class TrainResult:
+    """What training gives back: the best validation MSE and the per-epoch history."""
+
+    val_mse: float
+    best_epoch: int
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+@torch.no_grad()
+def evaluate(
+    model: Forecaster, windows: Windows, *, n: int | None = None, batch: int = 512
+) -> dict[str, float]:
+    """MSE and MAE of ``model`` on up to ``n`` evenly spaced windows (standardized scale)."""
+    was_training = model.training
+    model.eval()
+    ids = windows.spread(n)
+    se, ae, count = 0.0, 0.0, 0
+    for chunk in ids.split(batch):
+        x, y, index = windows.get(chunk)
+        pred = model(x, index)[0]
+        se += float((pred - y).pow(2).sum())
+        ae += float((pred - y).abs().sum())
+        count += y.numel()
+    model.train(was_training)
+    return {"mse": se / count, "mae": ae / count}
+
+
+def _epoch_ids(windows: Windows, config: TrainConfig, gen: torch.Generator) -> list[torch.Tensor]:
+    order = torch.randperm(len(windows), generator=gen)
+    if config.batches_per_epoch is not None:
+        order = order[: config.batches_per_epoch * config.batch]
+    return list(order.split(config.batch))
+
+
+def _pretrain(
+    model: Forecaster, splits: Splits, config: TrainConfig, gen: torch.Generator
+) -> None:
+    norm = model.norm
+    assert norm is not None
+    params = [p for p in norm.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+    for _ in range(config.pretrain_epochs):
+        for ids in _epoch_ids(splits.train, config, gen):
+            x, y, index = splits.train.get(ids)
+            _, state = norm.normalize(x, index=index)
+            loss = norm.auxiliary_loss(None, state, y)  # type: ignore[arg-type]
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    norm.requires_grad_(False)
+
+
+def train_forecaster(
+    model: Forecaster,
+    splits: Splits,
+    config: TrainConfig,
+    *,
+    seed: int = 0,
+    on_epoch: Callable[[int, Forecaster], None] | None = None,
+) -> TrainResult:
+    """Train ``model`` on ``splits.train``, early-stopping on validation MSE.
+
+    The weights of the best validation epoch are restored at the end. ``on_epoch(epoch,
+    model)`` is called before training (epoch 0) and after each epoch of the main stage,
+    e.g. to record NoRIN's learned shape.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    schedule = model.norm.aux_schedule if model.norm is not None else "none"
+    if schedule == "pretrain" and config.pretrain_epochs > 0:
+        _pretrain(model, splits, config, gen)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+    best, best_epoch, best_state, stale = math.inf, 0, copy.deepcopy(model.state_dict()), 0
+    history: list[dict[str, float]] = []
+    if on_epoch is not None:
+        on_epoch(0, model)
+    model.train()
+    for epoch in range(1, config.epochs + 1):
+        total, steps = 0.0, 0
+        for ids in _epoch_ids(splits.train, config, gen):
+            x, y, index = splits.train.get(ids)
+            pred, y_hat, state = model(x, index)
+            loss = F.mse_loss(pred, y)
+            if schedule == "joint" and model.norm is not None and state is not None:
+                aux = model.norm.auxiliary_loss(y_hat, state, y)
+                if aux is not None:
+                    loss = loss + aux
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += float(loss.detach())
+            steps += 1
+        val = evaluate(model, splits.val, n=config.val_windows)["mse"]
+        history.append({"epoch": epoch, "train": total / max(steps, 1), "val": val})
+        if on_epoch is not None:
+            on_epoch(epoch, model)
+        if val < best:
+            best, best_epoch, stale = val, epoch, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            stale += 1
+            if stale >= config.patience:
+                break
+    model.load_state_dict(best_state)
+    return TrainResult(best, best_epoch, history)
+
+
+def build_forecaster(
+    norm: str | None,
+    backbone: str,
+    splits: Splits,
+    *,
+    seed: int,
+    periods: Sequence[int] = (24,),
+    **norm_kwargs: Any,
+) -> Forecaster:
+    """A fresh forecaster for ``splits`` (its channels, lookback and horizon), seeded."""
+    lookback, horizon = splits.train.lookback, splits.train.horizon
+    channels = int(splits.train.data.shape[1])
+    torch.manual_seed(seed)
+    normalizer = (
+        None
+        if norm is None
+        else build_norm(
+            norm, channels, lookback=lookback, horizon=horizon, periods=periods, **norm_kwargs
+        )
+    )
+    return Forecaster(normalizer, build_backbone(backbone, lookback=lookback, horizon=horizon))
+
+
+def fit_and_test(
+    norm: str | None,
+    backbone: str,
+    splits: Splits,
+    config: TrainConfig,
+    *,
+    seed: int,
+    periods: Sequence[int] = (24,),
+    test_windows: int | None = None,
+    on_epoch: Callable[[int, Forecaster], None] | None = None,
+    **norm_kwargs: Any,
+) -> tuple[Forecaster, TrainResult, dict[str, float]]:
+    """Build (seeded), train and test one normalizer + backbone on ``splits``.
+
+    Returns the trained model, its :class:`TrainResult` and its test MSE/MAE on up to
+    ``test_windows`` evenly spaced test windows.
+    """
+    model = build_forecaster(norm, backbone, splits, seed=seed, periods=periods, **norm_kwargs)
+    result = train_forecaster(model, splits, config, seed=seed, on_epoch=on_epoch)
+    return model, result, evaluate(model, splits.test, n=test_windows)

@@ -1,0 +1,148 @@
+"""The contract shared by normlab's reversible normalizers for forecasting.
+
+Every normalizer maps an input window ``x`` of shape (batch, length, channels) to
+``normalize(x) -> (z, state)``; a forecasting backbone maps ``z`` to a forecast ``y_hat`` in
+the normalized space, and ``denormalize(y_hat, state)`` returns it to the data's scale.
+``invert(z, state)`` undoes ``normalize`` on the input window itself (the round trip);
+normalizers that predict the horizon's statistics (Dish-TS, SAN, FAN) denormalize with
+those predictions instead, so for them ``denormalize`` differs from ``invert``.
+
+Extra training signals are exposed so that one generic trainer serves every normalizer:
+``auxiliary_loss(y_hat, state, target)`` and the class attribute ``aux_schedule`` saying
+how to use it ("none"; "joint": add it to the forecast loss, FAN; "pretrain": train the
+normalizer alone on it first, then freeze it and train the backbone, SAN).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from normlab._checks import check_finite, check_float
+from normlab.functional._precision import upcast
+
+__all__ = ["ReversibleNorm", "State", "instance_stats"]
+
+#: What ``normalize`` hands to ``denormalize``: named tensors (statistics, predictions).
+State = dict[str, Any]
+
+
+def instance_stats(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-window, per-channel ``mu = mean_t x`` and ``sigma = sqrt(var_t(x) + eps)``.
+
+    The variance is the biased one and both are detached, as in RevIN (Kim et al., 2022):
+    the statistics are treated as constants of the window, not learned functions of it.
+    """
+    mu = x.mean(dim=1, keepdim=True).detach()
+    var = (x - mu).pow(2).mean(dim=1, keepdim=True).detach()
+    return mu, torch.sqrt(var + eps)
+
+
+class ReversibleNorm(nn.Module):
+    """Base of the reversible normalizers: input checks and the shared contract.
+
+    Args:
+        channels: number of channels ``C`` of the series (the last dimension).
+        lookback: input length ``L`` the normalizer is built for, or None when it accepts
+            any length (instance-statistics normalizers).
+        horizon: forecast length ``H`` it is built for, or None for any.
+    """
+
+    #: How a trainer uses :meth:`auxiliary_loss`: "none", "joint" or "pretrain".
+    aux_schedule: ClassVar[str] = "none"
+
+    def __init__(
+        self, channels: int, *, lookback: int | None = None, horizon: int | None = None
+    ) -> None:
+        super().__init__()
+        for name, value in (("channels", channels), ("lookback", lookback), ("horizon", horizon)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}.")
+        self.channels = channels
+        self.lookback = lookback
+        self.horizon = horizon
+
+    # -- the contract ------------------------------------------------------------------
+    def normalize(
+        self, x: torch.Tensor, *, index: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, State]:
+        """Normalize the window ``x`` (B, L, C); return ``(z, state)``.
+
+        ``index`` (B,) holds each window's absolute time step; only normalizers that use the
+        calendar (PAMod) read it.
+        """
+        raise NotImplementedError
+
+    def denormalize(self, y: torch.Tensor, state: State) -> torch.Tensor:
+        """Return the normalized-space forecast ``y`` (B, H, C) to the data's scale."""
+        raise NotImplementedError
+
+    def invert(self, z: torch.Tensor, state: State) -> torch.Tensor:
+        """Undo :meth:`normalize` on the input window: ``invert(*normalize(x)) == x``."""
+        return self.denormalize(z, state)
+
+    def auxiliary_loss(
+        self, y_hat: torch.Tensor, state: State, target: torch.Tensor
+    ) -> torch.Tensor | None:
+        """An extra training loss given the backbone output and the true horizon, or None."""
+        return None
+
+    def forward(
+        self, x: torch.Tensor, *, index: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, State]:
+        return self.normalize(x, index=index)
+
+    def extra_repr(self) -> str:
+        parts = [str(self.channels)]
+        if self.lookback is not None:
+            parts.append(f"lookback={self.lookback}")
+        if self.horizon is not None:
+            parts.append(f"horizon={self.horizon}")
+        return ", ".join(parts)
+
+    # -- checks ------------------------------------------------------------------------
+    def _check_input(self, x: torch.Tensor, *, min_length: int = 1) -> torch.Tensor:
+        """Validate an input window and return it in its compute dtype."""
+        name = f"{type(self).__name__} input"
+        check_float(x, name)
+        if x.dim() != 3:
+            raise ValueError(
+                f"{name} must have shape (batch, length, channels), got {tuple(x.shape)} "
+                f"(rank {x.dim()}); add a batch dimension with x.unsqueeze(0) or a channel "
+                "dimension with x.unsqueeze(-1)."
+            )
+        if x.shape[-1] != self.channels:
+            raise ValueError(
+                f"{name} has {x.shape[-1]} channels but the normalizer was built for "
+                f"{self.channels}; build it with {type(self).__name__}({x.shape[-1]}, ...)."
+            )
+        if self.lookback is not None and x.shape[1] != self.lookback:
+            raise ValueError(
+                f"{name} has length {x.shape[1]} but the normalizer was built for "
+                f"lookback={self.lookback}; pass windows of that length or rebuild it."
+            )
+        if x.shape[1] < min_length:
+            raise ValueError(
+                f"{name} has length {x.shape[1]}, shorter than the {min_length} steps "
+                f"{type(self).__name__} needs; use longer windows."
+            )
+        check_finite(x, name)
+        return upcast(x)
+
+    def _check_output(self, y: torch.Tensor, state: State) -> torch.Tensor:
+        """Validate a normalized-space forecast and return it in its compute dtype."""
+        name = f"{type(self).__name__}.denormalize input"
+        check_float(y, name)
+        if y.dim() != 3 or y.shape[-1] != self.channels:
+            raise ValueError(
+                f"{name} must have shape (batch, horizon, {self.channels}), got {tuple(y.shape)}."
+            )
+        batch = state.get("batch")
+        if batch is not None and y.shape[0] != batch:
+            raise ValueError(
+                f"{name} has batch {y.shape[0]} but the state came from a batch of {batch}; "
+                "denormalize with the state of the same windows."
+            )
+        return upcast(y)
