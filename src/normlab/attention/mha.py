@@ -9,13 +9,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normlab import functional as NF
 from normlab._checks import check_trailing_shape
 from normlab.attention.scores import ScoreFn, score_norm
+from normlab.layers.hypersphere import LearnedScale, NormalizedLinear
 
 __all__ = ["MultiheadAttention"]
 
 #: Gate bias such that sigmoid(bias) = 0.25 at initialization (Bondarenko et al., 2023).
 GATE_BIAS_INIT = math.log(0.25 / 0.75)
+#: Query/key normalizations: per-head RMSNorm without weight, or nGPT's unit norm times a
+#: learned per-channel scale ``s_qk`` (init 1, stored at ``1/sqrt(dim)``).
+QK_NORMS = ("rms", "l2")
 
 
 class MultiheadAttention(nn.Module):
@@ -40,7 +45,12 @@ class MultiheadAttention(nn.Module):
         gated: add the per-head output gate.
         causal: mask future tokens.
         bias: bias on the input and output projections.
-        scale: score scale; ``None`` for ``1/sqrt(dim / heads)``.
+        scale: score scale; ``None`` for ``1/sqrt(dim / heads)`` (nGPT uses
+            ``sqrt(dim / heads)`` with unit-norm queries and keys).
+        qk_norm: normalize each head's queries and keys: ``None``, "rms" (unit RMS, as in
+            QK-norm) or "l2" (unit norm times ``s_qk``, as in nGPT).
+        normalized: bias-free projections with unit-norm weight vectors along the model
+            dimension (:class:`~normlab.layers.NormalizedLinear`), as in nGPT.
     """
 
     def __init__(
@@ -55,10 +65,14 @@ class MultiheadAttention(nn.Module):
         causal: bool = False,
         bias: bool = True,
         scale: float | None = None,
+        qk_norm: str | None = None,
+        normalized: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        if qk_norm not in (None, *QK_NORMS):
+            raise ValueError(f"qk_norm must be None or one of {QK_NORMS}, got {qk_norm!r}.")
         if heads <= 0 or dim % heads:
             raise ValueError(f"heads must be a positive divisor of dim={dim}, got {heads}.")
         kv_heads = heads if kv_heads is None else kv_heads
@@ -73,8 +87,16 @@ class MultiheadAttention(nn.Module):
         self.scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)
         self.score_name = score if isinstance(score, str) else None
         self.score = score_norm(score, **(score_kwargs or {}))
-        self.qkv = nn.Linear(dim, dim + 2 * kv_heads * self.head_dim, bias=bias, **factory)
-        self.out = nn.Linear(dim, dim, bias=bias, **factory)
+        self.qk_norm, self.normalized = qk_norm, normalized
+        width = dim + 2 * kv_heads * self.head_dim
+        if normalized:
+            self.qkv = NormalizedLinear(dim, width, norm_dim="in", **factory)
+            self.out = NormalizedLinear(dim, dim, norm_dim="out", **factory)
+        else:
+            self.qkv = nn.Linear(dim, width, bias=bias, **factory)
+            self.out = nn.Linear(dim, dim, bias=bias, **factory)
+        if qk_norm == "l2":
+            self.s_qk = LearnedScale(dim, init=1.0, scale=1.0 / math.sqrt(dim), **factory)
         if gated:
             self.gate_weight = nn.Parameter(torch.empty(heads, self.head_dim, **factory))
             self.gate_bias = nn.Parameter(torch.empty(heads, **factory))
@@ -96,6 +118,12 @@ class MultiheadAttention(nn.Module):
         if self.kv_heads != self.heads:
             repeat = self.heads // self.kv_heads
             k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        if self.qk_norm == "rms":
+            q = NF.rms_norm(q, (self.head_dim,), eps=1e-6)
+            k = NF.rms_norm(k, (self.head_dim,), eps=1e-6)
+        elif self.qk_norm == "l2":
+            s = self.s_qk().view(self.heads, 1, self.head_dim).to(q.dtype)
+            q, k = NF.l2_normalize(q) * s, NF.l2_normalize(k) * s
         return q, k, v
 
     def _mask(self, n: int, attn_mask: torch.Tensor | None, device: torch.device) -> torch.Tensor:
@@ -150,7 +178,9 @@ class MultiheadAttention(nn.Module):
         return (y, probs) if return_probs else y
 
     def extra_repr(self) -> str:
+        extra = f", qk_norm={self.qk_norm!r}" if self.qk_norm else ""
+        extra += ", normalized=True" if self.normalized else ""
         return (
-            f"dim={self.dim}, heads={self.heads}, kv_heads={self.kv_heads}, causal={self.causal}, gated={self.gated}, "
-            f"scale={self.scale:.4g}"
+            f"dim={self.dim}, heads={self.heads}, kv_heads={self.kv_heads}, "
+            f"causal={self.causal}, gated={self.gated}, scale={self.scale:.4g}{extra}"
         )

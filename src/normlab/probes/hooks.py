@@ -1,0 +1,326 @@
+"""Model adapters: one view of blocks, norms, residual stream and attention across models.
+
+:func:`adapt` wraps normlab's :class:`~normlab.models.gpt.TinyGPT` or a Hugging Face GPT-2,
+BERT or Llama-style model (Mistral, Qwen2, ... share Llama's layout) in a
+:class:`ModelAdapter`. Probes use it to read, without changing the model:
+
+- the residual stream: ``residual[0]`` is the input of the first run block (the embedding
+  output) and ``residual[i + 1]`` the output of the ``i``-th run block, so
+  ``adapter.readout(residual[-1])`` reproduces the model's own output;
+- the inputs and outputs of every norm, named by :class:`NormSite` with its position
+  ("pre": the norm reads the residual stream before a sublayer, GPT-2 / Llama; "post": it
+  normalizes the stream after the residual add, BERT; "final": the last norm before the
+  head; "embed": BERT's embedding norm);
+- attention probabilities ``(batch, heads, tokens, tokens)`` per layer (Hugging Face models
+  must be built with ``attn_implementation="eager"``, the only kernel that returns them).
+
+Running a subset or reordering of blocks (``layers=``) swaps the model's block list for the
+duration of the call and puts it back afterwards; it is not thread-safe on a shared model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["FAMILIES", "ModelAdapter", "NormSite", "Trace", "adapt"]
+
+#: Model families :func:`adapt` understands.
+FAMILIES = ("tinygpt", "gpt2", "bert", "llama")
+
+
+@dataclass(frozen=True)
+class NormSite:
+    """One normalization module of a model and where it acts.
+
+    Attributes:
+        name: qualified module name, as in ``model.named_modules()``.
+        layer: block index, or -1 for a norm outside the blocks (final or embedding).
+        position: "pre", "post", "final" or "embed".
+        module: the norm module itself (left out of :meth:`to_dict`).
+    """
+
+    name: str
+    layer: int
+    position: str
+    module: nn.Module = field(repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "layer": self.layer, "position": self.position}
+
+
+@dataclass
+class Trace:
+    """What one forward pass wrote, captured by :meth:`ModelAdapter.trace`.
+
+    Attributes:
+        residual: ``n_run + 1`` tensors ``(batch, tokens, d)``: the first run block's input,
+            then each run block's output.
+        norm_inputs: per :attr:`NormSite.name`, the norm's input (last call if called twice).
+        norm_outputs: per :attr:`NormSite.name`, the norm's output.
+        attention: per run layer, probabilities ``(batch, heads, tokens, tokens)``; empty
+            unless asked.
+        logits: the model's output: LM logits where there is an LM head, else the last
+            hidden state.
+    """
+
+    residual: list[torch.Tensor] = field(default_factory=list)
+    norm_inputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    norm_outputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    attention: list[torch.Tensor] = field(default_factory=list)
+    logits: torch.Tensor | None = None
+
+
+def _first(output: Any) -> torch.Tensor:
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+def _get(root: nn.Module, path: str) -> nn.Module | None:
+    module: Any = root
+    for part in path.split("."):
+        module = getattr(module, part, None)
+        if module is None:
+            return None
+    return module
+
+
+@contextlib.contextmanager
+def _inference(model: nn.Module) -> Iterator[None]:
+    """Eval mode and no grad for the block; every module's own mode is restored after."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where one family keeps its parts; paths are relative to the backbone ``root``."""
+
+    roots: tuple[str, ...]  # backbone prefixes tried in order, e.g. "transformer." or ""
+    blocks: str
+    attention: str  # inside a block: the module returning (output, probabilities)
+    block_norms: tuple[str, ...]  # inside a block
+    position: str
+    final: str | None  # final norm applied before the head
+    embed: str | None = None
+    head: str = "lm_head"  # relative to the model, not the root
+    head_norm: str | None = None  # a norm inside the head, reported as "final"
+
+
+_LAYOUTS: dict[str, _Layout] = {
+    "tinygpt": _Layout(("",), "blocks", "attn", ("norm1", "norm2"), "pre", "norm_f", head="head"),
+    "gpt2": _Layout(("transformer.", ""), "h", "attn", ("ln_1", "ln_2"), "pre", "ln_f"),
+    # post_attention_layernorm is, despite its name, the pre-norm of the MLP sublayer.
+    "llama": _Layout(
+        ("model.", ""), "layers", "self_attn", ("input_layernorm", "post_attention_layernorm"),
+        "pre", "norm",
+    ),
+    "bert": _Layout(
+        ("bert.", ""), "encoder.layer", "attention.self",
+        ("attention.output.LayerNorm", "output.LayerNorm"), "post", None,
+        embed="embeddings.LayerNorm", head="cls", head_norm="cls.predictions.transform.LayerNorm",
+    ),
+}  # fmt: skip
+
+
+class ModelAdapter:
+    """A uniform view of one model family; build it with :func:`adapt`.
+
+    Attributes:
+        model: the wrapped model.
+        family: one of :data:`FAMILIES`.
+        has_lm_head: the output is vocabulary logits (else the last hidden state).
+        causal: attention is causal.
+    """
+
+    def __init__(self, model: nn.Module, family: str) -> None:
+        self.model, self.family = model, family
+        self.layout = layout = _LAYOUTS[family]
+        self.root = next(r for r in layout.roots if _get(model, r + layout.blocks) is not None)
+        self.has_lm_head = isinstance(_get(model, layout.head), nn.Module)
+        self.causal = family != "bert"
+
+    def blocks(self) -> list[nn.Module]:
+        """The transformer blocks, in order."""
+        return list(_get(self.model, self.root + self.layout.blocks))  # type: ignore[arg-type]
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.blocks())
+
+    def norm_sites(self) -> list[NormSite]:
+        """Every norm module with its layer and position (absent ones are skipped)."""
+        lay, root = self.layout, self.root
+        position = lay.position
+        if self.family == "tinygpt" and self.model.config.residual == "post":
+            position = "post"
+        wanted = [(root + lay.embed, -1, "embed")] if lay.embed else []
+        for i in range(self.n_layers):
+            wanted += [(f"{root}{lay.blocks}.{i}.{n}", i, position) for n in lay.block_norms]
+        if lay.final:
+            wanted.append((root + lay.final, -1, "final"))
+        if lay.head_norm:
+            wanted.append((lay.head_norm, -1, "final"))
+        named = dict(self.model.named_modules())
+        return [NormSite(n, i, p, named[n]) for n, i, p in wanted if n in named]
+
+    def readout(self, h: torch.Tensor) -> torch.Tensor:
+        """The model's output computed from a last residual state (final norm, then head)."""
+        if self.family == "tinygpt":
+            return self.model.readout(h)
+        if self.layout.final:
+            h = _get(self.model, self.root + self.layout.final)(h)  # type: ignore[misc]
+        return _get(self.model, self.layout.head)(h) if self.has_lm_head else h  # type: ignore[misc]
+
+    def _call(self, tokens: torch.Tensor, layers: list[int] | None) -> torch.Tensor:
+        if self.family == "tinygpt":
+            return self.model(tokens, layers=layers)
+        kwargs = {"use_cache": False} if self.causal else {}
+        with self._order(layers):
+            out = self.model(input_ids=tokens, **kwargs)
+        return out.logits if self.has_lm_head else out.last_hidden_state
+
+    def _check_layers(self, layers: Sequence[int] | None) -> list[int] | None:
+        if layers is None:
+            return None
+        n = self.n_layers
+        out = [int(i) for i in layers]
+        bad = [i for i in out if not 0 <= i < n]
+        if bad:
+            raise ValueError(f"layers {bad} out of range: the model has {n} blocks (0..{n - 1}).")
+        return out
+
+    @contextlib.contextmanager
+    def _order(self, layers: list[int] | None) -> Iterator[None]:
+        """Swap the block list for ``layers`` for the duration of the block."""
+        if layers is None:
+            yield
+            return
+        owner_path, _, attr = (self.root + self.layout.blocks).rpartition(".")
+        owner = _get(self.model, owner_path) if owner_path else self.model
+        original = getattr(owner, attr)
+        config = getattr(self.model, "config", None)
+        count = getattr(config, "num_hidden_layers", None) if self.family == "llama" else None
+        setattr(owner, attr, nn.ModuleList([original[i] for i in layers]))
+        if count is not None:  # Llama-style models run ``layers[: config.num_hidden_layers]``
+            config.num_hidden_layers = len(layers)
+        try:
+            yield
+        finally:
+            setattr(owner, attr, original)
+            if count is not None:
+                config.num_hidden_layers = count
+
+    def run(self, tokens: torch.Tensor, *, layers: Sequence[int] | None = None) -> torch.Tensor:
+        """The model's output, running only ``layers`` (block indices, in that order).
+
+        Repeats are allowed (a block run twice). The model runs in eval mode without
+        gradients, and its block list and modes are restored afterwards.
+        """
+        order = self._check_layers(layers)
+        with _inference(self.model):
+            return self._call(tokens, order)
+
+    def trace(
+        self,
+        tokens: torch.Tensor,
+        *,
+        norms: bool = False,
+        attention: bool = False,
+        layers: Sequence[int] | None = None,
+    ) -> Trace:
+        """Run the model once and capture the residual stream (and norms, attention if asked).
+
+        Hooks are removed and every module's train/eval mode restored afterwards.
+        """
+        order = self._check_layers(layers)
+        trace = Trace()
+        handles: list[Any] = []
+        blocks = self.blocks()
+        run = list(range(len(blocks))) if order is None else order
+
+        def pre_hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            if not trace.residual:
+                trace.residual.append(args[0] if args else kwargs["hidden_states"])
+
+        def block_hook(module: nn.Module, args: Any, output: Any) -> None:
+            trace.residual.append(_first(output))
+
+        def attn_hook(module: nn.Module, args: Any, output: Any) -> None:
+            probs = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
+            if probs is None:
+                raise ValueError(
+                    f"{type(module).__name__} returned no attention probabilities; build the "
+                    'model with attn_implementation="eager" to trace attention.'
+                )
+            trace.attention.append(probs)
+
+        def norm_hook(name: str) -> Callable[..., None]:
+            def hook(module: nn.Module, args: Any, output: Any) -> None:
+                trace.norm_inputs[name] = args[0]
+                trace.norm_outputs[name] = _first(output)
+
+            return hook
+
+        try:
+            if norms:
+                for site in self.norm_sites():
+                    handles.append(site.module.register_forward_hook(norm_hook(site.name)))
+            with _inference(self.model):
+                if self.family == "tinygpt":  # its trunk returns states for any block order
+                    states, probs = self.model.trunk(tokens, layers=order, return_probs=attention)
+                    trace.residual, trace.attention = list(states), list(probs)
+                    trace.logits = self.model.readout(states[-1])
+                    return trace
+                first = blocks[run[0]]
+                handles.append(first.register_forward_pre_hook(pre_hook, with_kwargs=True))
+                for i in dict.fromkeys(run):
+                    handles.append(blocks[i].register_forward_hook(block_hook))
+                    if attention:
+                        attn = _get(blocks[i], self.layout.attention)
+                        handles.append(attn.register_forward_hook(attn_hook))  # type: ignore[union-attr]
+                trace.logits = self._call(tokens, order)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return trace
+
+
+def adapt(model: nn.Module) -> ModelAdapter:
+    """A :class:`ModelAdapter` for ``model``.
+
+    Recognises normlab's TinyGPT and Hugging Face GPT-2 (``GPT2Model``,
+    ``GPT2LMHeadModel``), BERT (``BertModel``, ``BertForMaskedLM``) and Llama-style models
+    (``LlamaModel``, ``*ForCausalLM`` with ``model.layers`` and ``model.norm``).
+
+    Raises:
+        TypeError: for any other model; the message lists the supported families.
+    """
+    from normlab.models.gpt import TinyGPT
+
+    if isinstance(model, TinyGPT):
+        return ModelAdapter(model, "tinygpt")
+    kind = getattr(getattr(model, "config", None), "model_type", None)
+    if kind in ("gpt2", "bert"):
+        lay = _LAYOUTS[kind]
+        if any(_get(model, r + lay.blocks) is not None for r in lay.roots):
+            return ModelAdapter(model, kind)
+    lay = _LAYOUTS["llama"]
+    for root in lay.roots:
+        layers, norm = _get(model, root + lay.blocks), _get(model, root + "norm")
+        if isinstance(layers, nn.ModuleList) and isinstance(norm, nn.Module):
+            return ModelAdapter(model, "llama")
+    raise TypeError(
+        f"Cannot adapt a {type(model).__name__}: supported families are {', '.join(FAMILIES)} "
+        "(normlab TinyGPT; Hugging Face GPT-2, BERT and Llama-style models)."
+    )
