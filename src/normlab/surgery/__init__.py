@@ -1,5 +1,24 @@
 """Model surgery: change a model's normalization without retraining it."""
 
+from normlab.surgery.batchnorm import BNRecalibration, batchnorm_modules, recalibrate_bn
+from normlab.surgery.fold import FoldResult, apply_fold_structure, fold_layernorms
+from normlab.surgery.fold_detect import FoldAnalysis, FoldSite, analyze_fold, is_centring_norm
 from normlab.surgery.replace import Replacement, is_layer_norm, norm_eps, norm_size, replace_norms
 
-__all__ = ["Replacement", "is_layer_norm", "norm_eps", "norm_size", "replace_norms"]
+__all__ = [
+    "BNRecalibration",
+    "FoldAnalysis",
+    "FoldResult",
+    "FoldSite",
+    "Replacement",
+    "analyze_fold",
+    "apply_fold_structure",
+    "batchnorm_modules",
+    "fold_layernorms",
+    "is_centring_norm",
+    "is_layer_norm",
+    "norm_eps",
+    "norm_size",
+    "recalibrate_bn",
+    "replace_norms",
+]

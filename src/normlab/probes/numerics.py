@@ -1,0 +1,228 @@
+"""Forward error of LayerNorm, RMSNorm and softmax in fp16/bf16 against float64.
+
+Seed paper "numerics" (mixed-precision analysis of transformer inference) compares LayerNorm
+and RMSNorm in the massive-outlier regime and the shifted evaluation of softmax with
+attention sinks. normlab measures both and sets them beside first-order condition numbers.
+
+Norms. For ``f(x) = (x - mu) / sqrt(var + eps)`` (LayerNorm) or ``x / sqrt(mean(x^2) + eps)``
+(RMSNorm) with Jacobian ``J``, the error of the *bulk* channels ``S`` (all but the planted
+outliers) under componentwise input perturbations ``|dx_j| <= u |x_j|`` is bounded to first
+order by ``u * kappa_S`` with
+
+    kappa_S(x) = || (|J| |x|)_S ||_2 / || f_S(x) ||_2,
+    J_LN  = (I - 1 1^T / d - c c^T / (d s^2)) / s,   c = x - mu, s = sqrt(var + eps),
+    J_RMS = (I - x x^T / (d r^2)) / r,               r = sqrt(mean(x^2) + eps).
+
+For RMSNorm ``kappa_S <= 2`` whatever the outlier; for LayerNorm the outlier's own
+perturbation cancels as ``M`` grows (LayerNorm is scale invariant), so ``kappa_S`` stays
+O(1) too: input rounding alone does not separate the two norms. What can separate them is
+the arithmetic. ``compute="native"`` does every operation in the low dtype (pairwise sums
+rounded at each level, like a tree reduction); ``"upcast"`` computes in float32 and rounds
+the output, as torch's CPU norms do. normlab's first-order *running* bound for the native
+evaluation (:func:`error_bound`, ``L = ceil(log2 d)`` levels of pairwise summation) adds,
+to the input term ``kappa_S``, the mean's absolute error ``u (L mean|x| + |mu|)`` seen
+through the bulk (``/ rms_S(x - mu)``, LayerNorm only), the rounding of ``x - mu`` (2u), the
+relative error of the sum of squares (``u (L + 2) / 2`` on the scale) and the square root
+and division (2u); upcast evaluation is bounded by ``u (kappa_S + 1)``. These are normlab's
+derivations, not the paper's (its bounds are not public). In fp16 without upcast, ``x^2``
+overflows for ``|x| > 256`` in both norms.
+
+Softmax (:mod:`normlab.probes._softmax_numerics`, re-exported here): shifted vs unshifted
+evaluation with a sink logit; the shifted form's error grows with ``max |x - max(x)|``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from normlab.probes._lowp import pairwise_sum, round_to, unit_roundoff
+from normlab.probes._softmax_numerics import SoftmaxError, lowp_softmax, sink_sweep
+
+__all__ = [
+    "NormError",
+    "SoftmaxError",
+    "condition_number",
+    "error_bound",
+    "lowp_norm",
+    "lowp_softmax",
+    "outlier_sweep",
+    "sink_sweep",
+    "unit_roundoff",
+]
+
+
+def lowp_norm(
+    x: torch.Tensor, kind: str, dtype: torch.dtype, *, compute: str = "native", eps: float = 1e-5
+) -> torch.Tensor:
+    """LayerNorm or RMSNorm (no affine) of ``x`` evaluated in ``dtype``, returned in fp64.
+
+    Args:
+        x: input ``(..., d)`` in high precision; it is rounded to ``dtype`` first.
+        kind: "layernorm" or "rmsnorm".
+        dtype: torch.float16 or torch.bfloat16 (or float32).
+        compute: "native" (every operation rounded to ``dtype``) or "upcast" (float32
+            arithmetic, output rounded to ``dtype``).
+        eps: the norm's epsilon.
+    """
+    if kind not in ("layernorm", "rmsnorm") or compute not in ("native", "upcast"):
+        raise ValueError(
+            f"kind must be layernorm/rmsnorm and compute native/upcast, got {kind!r}, {compute!r}."
+        )
+    d = x.shape[-1]
+    xl = x.to(dtype)
+    if compute == "upcast":
+        xf = xl.float()
+        if kind == "layernorm":
+            y = F.layer_norm(xf, (d,), eps=eps)
+        else:
+            y = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
+        return y.to(dtype).double()
+    xf = xl.double()
+    if kind == "layernorm":
+        mu = round_to(pairwise_sum(xf, dtype).double() / d, dtype)
+        c = round_to(xf - mu[..., None], dtype)
+    else:
+        c = xf
+    ms = round_to(pairwise_sum(round_to(c * c, dtype), dtype).double() / d, dtype)
+    scale = round_to(torch.sqrt(round_to(ms + eps, dtype)), dtype)
+    return round_to(c / scale[..., None], dtype).double()
+
+
+def _exact_norm(x: torch.Tensor, kind: str, eps: float) -> torch.Tensor:
+    xd = x.double()
+    if kind == "layernorm":
+        return F.layer_norm(xd, (xd.shape[-1],), eps=eps)
+    return xd / torch.sqrt(xd.square().mean(-1, keepdim=True) + eps)
+
+
+def condition_number(
+    x: torch.Tensor, kind: str, *, bulk: torch.Tensor | None = None, eps: float = 1e-5
+) -> torch.Tensor:
+    """``kappa_S = ||(|J| |x|)_S|| / ||f_S(x)||`` per row of ``x`` ``(..., d)``, in float64.
+
+    Args:
+        x: inputs.
+        kind: "layernorm" or "rmsnorm".
+        bulk: boolean mask ``(d,)`` of the channels ``S`` to measure (default: all).
+        eps: the norm's epsilon.
+    """
+    xd = x.double()
+    d = xd.shape[-1]
+    if kind == "layernorm":
+        c = xd - xd.mean(-1, keepdim=True)
+        s = torch.sqrt(c.square().mean(-1, keepdim=True) + eps)
+        eye = torch.eye(d, dtype=torch.float64) - 1.0 / d
+        jac = (eye - c[..., :, None] * c[..., None, :] / (d * s[..., None] ** 2)) / s[..., None]
+        f = c / s
+    elif kind == "rmsnorm":
+        r = torch.sqrt(xd.square().mean(-1, keepdim=True) + eps)
+        eye = torch.eye(d, dtype=torch.float64)
+        jac = (eye - xd[..., :, None] * xd[..., None, :] / (d * r[..., None] ** 2)) / r[..., None]
+        f = xd / r
+    else:
+        raise ValueError(f"kind must be 'layernorm' or 'rmsnorm', got {kind!r}.")
+    amp = (jac.abs() @ xd.abs()[..., None])[..., 0]
+    mask = torch.ones(d, dtype=torch.bool) if bulk is None else bulk
+    return amp[..., mask].norm(dim=-1) / f[..., mask].norm(dim=-1)
+
+
+def error_bound(
+    x: torch.Tensor,
+    kind: str,
+    dtype: torch.dtype,
+    *,
+    compute: str = "native",
+    bulk: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """First-order bound on the bulk relative error of :func:`lowp_norm`, per row.
+
+    ``u (kappa_S + 1)`` for upcast evaluation; for native evaluation
+    ``u (kappa_S + [LN] (L mean|x| + |mu|) / rms_S(x - mu) + [LN] 2 + (L + 2) / 2 + 2)``
+    with ``L = ceil(log2 d)`` (see the module docstring).
+    """
+    u = unit_roundoff(dtype)
+    kappa = condition_number(x, kind, bulk=bulk, eps=eps)
+    if compute == "upcast":
+        return u * (kappa + 1)
+    xd = x.double()
+    d = xd.shape[-1]
+    levels = math.ceil(math.log2(d))
+    total = kappa + (levels + 2) / 2 + 2
+    if kind == "layernorm":
+        mask = torch.ones(d, dtype=torch.bool) if bulk is None else bulk
+        mu = xd.mean(-1)
+        rms = (xd - mu[..., None])[..., mask].square().mean(-1).sqrt()
+        total = total + (levels * xd.abs().mean(-1) + mu.abs()) / rms + 2
+    return u * total
+
+
+@dataclass(frozen=True)
+class NormError:
+    """Bulk forward error of one norm at one outlier size, averaged over rows.
+
+    Attributes:
+        kind: "layernorm" or "rmsnorm".
+        dtype: "float16" or "bfloat16".
+        compute: "native" or "upcast".
+        outlier: the planted outlier's magnitude.
+        error: mean over rows of ``||y_hat_S - y_S|| / ||y_S||`` (inf when not finite).
+        kappa: mean over rows of :func:`condition_number` on the bulk.
+        bound: mean over rows of :func:`error_bound`.
+    """
+
+    kind: str
+    dtype: str
+    compute: str
+    outlier: float
+    error: float
+    kappa: float
+    bound: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def outlier_sweep(
+    outliers: Sequence[float],
+    *,
+    d: int = 256,
+    rows: int = 32,
+    dtypes: Sequence[torch.dtype] = (torch.float16, torch.bfloat16),
+    compute: str = "native",
+    channels: int = 1,
+    seed: int = 0,
+    eps: float = 1e-5,
+) -> list[NormError]:
+    """LayerNorm and RMSNorm bulk error as one planted outlier channel grows.
+
+    Rows are ``N(0, 1)`` in ``d`` channels plus ``outlier`` added to the first ``channels``
+    channels (a massive activation in a fixed channel, Sun et al. 2024).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    base = torch.randn(rows, d, generator=generator, dtype=torch.float64)
+    bulk = torch.ones(d, dtype=torch.bool)
+    bulk[:channels] = False
+    records = []
+    for m in outliers:
+        x = base.clone()
+        x[:, :channels] += m
+        for dtype in dtypes:
+            name = str(dtype).removeprefix("torch.")
+            for kind in ("layernorm", "rmsnorm"):
+                ref = _exact_norm(x, kind, eps)  # on the unrounded input: kappa covers rounding
+                y = lowp_norm(x, kind, dtype, compute=compute, eps=eps)
+                err = (y[:, bulk] - ref[:, bulk]).norm(dim=-1) / ref[:, bulk].norm(dim=-1)
+                err_v = float(err.mean()) if bool(torch.isfinite(err).all()) else math.inf
+                kappa = float(condition_number(x, kind, bulk=bulk, eps=eps).mean())
+                bound = error_bound(x, kind, dtype, compute=compute, bulk=bulk, eps=eps)
+                records.append(
+                    NormError(kind, name, compute, float(m), err_v, kappa, float(bound.mean()))
+                )
+    return records

@@ -1,0 +1,70 @@
+"""Depth metrics against direct computations; a no-op block is useless; no side effects."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from normlab.models.gpt import GPTConfig, TinyGPT
+from normlab.probes import DepthProfile, adapt, depth_profile, ln_scaling
+
+
+def _model() -> TinyGPT:
+    torch.manual_seed(0)
+    return TinyGPT(GPTConfig(d_model=16, n_layers=3, n_heads=2, context=16))
+
+
+def test_metrics_match_direct_computation():
+    model = _model()
+    x = torch.randint(0, 257, (2, 16))
+    profile = depth_profile(model, x, targets=x)
+    states = adapt(model).trace(x).residual
+    assert len(profile.variance) == 4 and len(profile.influence) == 3
+    assert profile.variance[2] == pytest.approx(float(states[2].var(-1, unbiased=False).mean()))
+    cos = F.cosine_similarity(states[0], states[1], dim=-1)
+    assert profile.influence[0] == pytest.approx(float((1 - cos).mean()), rel=1e-5)
+    assert profile.angular[0] == pytest.approx(float(torch.arccos(cos).mean() / math.pi), rel=1e-4)
+    with torch.no_grad():
+        full = F.cross_entropy(model(x).flatten(0, 1), x.flatten())
+        dropped = F.cross_entropy(model(x, layers=[0, 2]).flatten(0, 1), x.flatten())
+    assert profile.base_loss == pytest.approx(float(full), rel=1e-5)
+    assert profile.drop_loss[1] == pytest.approx(float(dropped - full), abs=1e-5)
+
+
+def test_a_block_that_writes_nothing_is_useless():
+    model = _model()
+    with torch.no_grad():
+        for linear in (model.blocks[1].attn.out, model.blocks[1].mlp.down):
+            linear.weight.zero_()
+            linear.bias.zero_()
+    x = torch.randint(0, 257, (2, 16))
+    profile = depth_profile(model, x, targets=x)
+    assert profile.drop_effect[1] < 1e-10 and abs(profile.drop_loss[1]) < 1e-6
+    assert profile.influence[1] < 1e-6
+    assert min(profile.drop_effect[0], profile.drop_effect[2]) > 1e-8
+
+
+def test_probe_leaves_the_model_unchanged():
+    model = _model().train()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    depth_profile(model, torch.randint(0, 257, (2, 8)))
+    assert model.training and all(m.training for m in model.modules())
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_variance_growth_is_the_log_slope():
+    profile = DepthProfile(tuple(2.0 * 3.0**i for i in range(5)), (), (), ())
+    assert profile.variance_growth == pytest.approx(math.log(3.0))
+
+
+def test_ln_scaling_option():
+    config = ln_scaling(GPTConfig(d_model=16, n_layers=2, n_heads=2))
+    assert config.ln_scaling
+    model = TinyGPT(config)
+    assert model.blocks[1].norm_scale == pytest.approx(1 / math.sqrt(2))
+    with pytest.raises(TypeError):
+        ln_scaling({"ln_scaling": False})
