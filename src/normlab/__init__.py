@@ -7,7 +7,7 @@ Every method is registered by name::
     normlab.methods(kind="score")
 """
 
-from normlab import attention, functional, layers, surgery
+from normlab import attention, functional, layers, probes, quant, series, surgery
 from normlab._registry import KINDS, Method, create, get, methods, register
 
 __version__ = "0.1.0"
@@ -22,6 +22,9 @@ __all__ = [
     "get",
     "layers",
     "methods",
+    "probes",
+    "quant",
     "register",
+    "series",
     "surgery",
 ]

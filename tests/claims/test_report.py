@@ -7,9 +7,17 @@ import json
 from html.parser import HTMLParser
 
 from normlab.claims import get_claim
-from normlab.claims.report import write_report
+from normlab.claims.report import _strict, write_report
 from normlab.claims.runner import Runner
-from tests.claims.test_runner import FAILING
+
+
+def _not_strict(constant: str):
+    raise AssertionError(f"results.json holds {constant}, which strict JSON parsers reject")
+
+
+def test_non_finite_numbers_become_strings():
+    nested = {"a": [float("inf"), 1.0, {"b": float("nan"), "c": -float("inf")}], "d": 2}
+    assert _strict(nested) == {"a": ["inf", 1.0, {"b": "nan", "c": "-inf"}], "d": 2}
 
 
 class _Page(HTMLParser):
@@ -26,8 +34,8 @@ class _Page(HTMLParser):
             self.images.append(attrs["src"])
 
 
-def test_report_has_a_section_and_a_decodable_figure_per_claim(tmp_path):
-    claims = [get_claim("affine-rank"), FAILING]
+def test_report_has_a_section_and_a_decodable_figure_per_claim(tmp_path, failing_claim):
+    claims = [get_claim("affine-rank"), failing_claim]
     results = Runner(tmp_path, jobs=1).run(claims, "quick")
     index = write_report(results, tmp_path, "quick")
     page = _Page()
@@ -40,7 +48,7 @@ def test_report_has_a_section_and_a_decodable_figure_per_claim(tmp_path):
         assert base64.b64decode(src[len(prefix) :]).startswith(b"\x89PNG\r\n\x1a\n")
     text = index.read_text()
     assert "planted failure" in text  # the traceback of the failed task is shown
-    data = json.loads((tmp_path / "results.json").read_text())
+    data = json.loads((tmp_path / "results.json").read_text(), parse_constant=_not_strict)
     verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
     assert verdicts["test-failing-claim"] == "error"
     rank = next(c for c in data["claims"] if c["id"] == "affine-rank")

@@ -13,27 +13,9 @@ from pathlib import Path
 import pytest
 
 import normlab.claims.runner as runner_module
-from normlab.claims import Claim, Effect, get_claim, register_claim
-from normlab.claims.core import SCALES, VERDICTS
+from normlab.claims import get_claim
+from normlab.claims.core import VERDICTS
 from normlab.claims.runner import Runner
-
-
-def _boom(config, seed):
-    raise RuntimeError(f"planted failure in seed {seed}")
-
-
-FAILING = register_claim(
-    Claim(
-        id="test-failing-claim",
-        paper="p",
-        hypothesis="h",
-        metrics=("x",),
-        effects=(Effect("e", "", lambda m: 1.0),),
-        headline="none",
-        configs={s: {"seeds": 3} for s in SCALES},
-        run=_boom,
-    )
-)
 
 
 def test_run_caches_and_resumes(tmp_path, monkeypatch):
@@ -53,13 +35,13 @@ def test_run_caches_and_resumes(tmp_path, monkeypatch):
         Runner(tmp_path, jobs=1, force=True).run([claim], "smoke")
 
 
-def test_failing_task_is_recorded_and_retried(tmp_path):
-    (result,) = Runner(tmp_path, jobs=1).run([FAILING], "quick")
+def test_failing_task_is_recorded_and_retried(tmp_path, failing_claim):
+    (result,) = Runner(tmp_path, jobs=1).run([failing_claim], "quick")
     assert result.verdict == "error"
     assert all(t.status == "error" for t in result.tasks)
     assert "planted failure in seed 2" in result.tasks[2].error
     runner = Runner(tmp_path, jobs=1)
-    assert runner.cached(FAILING, "quick", 0) is None  # failures are not finished work
+    assert runner.cached(failing_claim, "quick", 0) is None  # failures are not finished work
 
 
 def test_unwritable_output_fails_before_any_work(tmp_path):

@@ -16,8 +16,16 @@ SHORT = TrainConfig(steps=6, batch=2, warmup=2, eval_batches=1, snapshots=(3,))
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"residual": "post"}, {"norm": "dyt"}, {"score": "softmax1"}, {"kv_heads": 1},
-     {"moe_experts": 3}, {"ln_scaling": True}, {"gated_attention": True}],
+    [
+        {},
+        {"residual": "post"},
+        {"norm": "dyt"},
+        {"score": "softmax1"},
+        {"kv_heads": 1},
+        {"moe_experts": 3},
+        {"ln_scaling": True},
+        {"gated_attention": True},
+    ],
 )
 def test_variants_are_causal(overrides):
     model = TinyGPT(GPTConfig(**{**TINY.to_dict(), **overrides})).eval()

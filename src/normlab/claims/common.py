@@ -40,6 +40,7 @@ def mean_table(
         out[method] = {}
         for metric in measurements[0]["table"][method]:
             vals = np.array([float(m["table"][method][metric]) for m in measurements])
-            sd = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
-            out[method][metric] = (float(vals.mean()), sd)
+            with np.errstate(invalid="ignore"):  # an overflow recorded as inf gives sd nan
+                sd = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+                out[method][metric] = (float(vals.mean()), sd)
     return out

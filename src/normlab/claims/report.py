@@ -6,6 +6,7 @@ import base64
 import datetime as dt
 import html
 import io
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -129,29 +130,42 @@ def _section(result: ClaimResult) -> str:
 Wall time {result.seconds:.1f} s.</p>{errors}</section>"""
 
 
+def _strict(obj: Any) -> Any:
+    """``obj`` with non-finite floats as the strings "inf", "-inf", "nan" (strict JSON)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_strict(v) for v in obj]
+    return obj
+
+
 def results_dict(results: Sequence[ClaimResult], scale: str) -> dict[str, Any]:
-    """Every number of a report as JSON-serialisable data."""
+    """Every number of a report as strict-JSON data (non-finite values as strings)."""
     from normlab import __version__
 
-    return {
-        "normlab": __version__,
-        "scale": scale,
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "claims": [
-            {
-                "id": r.claim.id,
-                "paper": r.claim.paper,
-                "hypothesis": r.claim.hypothesis,
-                "headline": r.claim.headline,
-                "verdict": r.verdict,
-                "key_number": key_number(r),
-                "seconds": r.seconds,
-                "effects": [e.to_dict() for e in r.effects],
-                "tasks": [t.to_dict() for t in r.tasks],
-            }
-            for r in results
-        ],
-    }
+    return _strict(
+        {
+            "normlab": __version__,
+            "scale": scale,
+            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "claims": [
+                {
+                    "id": r.claim.id,
+                    "paper": r.claim.paper,
+                    "hypothesis": r.claim.hypothesis,
+                    "headline": r.claim.headline,
+                    "verdict": r.verdict,
+                    "key_number": key_number(r),
+                    "seconds": r.seconds,
+                    "effects": [e.to_dict() for e in r.effects],
+                    "tasks": [t.to_dict() for t in r.tasks],
+                }
+                for r in results
+            ],
+        }
+    )
 
 
 def write_report(results: Sequence[ClaimResult], out: Path | str, scale: str) -> Path:

@@ -1,8 +1,11 @@
 """TinyGPT: a small byte-level decoder whose normalization is a configuration choice.
 
 The norm is any registered norm, the attention score normalizer any registered score
-method, and the residual scheme pre-LN or post-LN. Claims train it on the standard-library
-corpus (:mod:`normlab.data.corpus`) with :func:`normlab.models.train.train_lm`.
+method, and the residual scheme one of: pre-LN, post-LN, depth-wise attention residuals
+("attnres"), OASIS ("oasis": attention residuals with the inter-layer null signal), or nGPT
+("ngpt": hidden states and weights on the unit sphere, no norm layers). Claims train it on
+the standard-library corpus (:mod:`normlab.data.corpus`) with
+:func:`normlab.models.lm.train_lm`.
 """
 
 from __future__ import annotations
@@ -13,17 +16,24 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from normlab import functional as NF
 from normlab._registry import get
+from normlab.attention.depth import AttnResidual
 from normlab.attention.mha import MultiheadAttention
 from normlab.data.corpus import VOCAB
+from normlab.layers.hypersphere import LearnedScale, NormalizedLinear, renormalize_weights_
+from normlab.models.gpt_blocks import MLP, DepthBlock, MoEMLP, NGPTBlock, unit_rows_
 
 __all__ = ["RESIDUALS", "Block", "GPTConfig", "TinyGPT"]
 
-#: Residual schemes: "pre" (x + f(norm(x))) and "post" (norm(x + f(x))).
-RESIDUALS = ("pre", "post")
+#: Residual schemes: "pre" (x + f(norm(x))), "post" (norm(x + f(x))), "attnres" (each
+#: sublayer reads a learned softmax mix over all earlier outputs, see
+#: :mod:`normlab.attention.depth`), "oasis" (attnres plus the null signal of the attention
+#: in the depth routing; pair it with ``score="softmax1"``) and "ngpt" (nGPT).
+RESIDUALS = ("pre", "post", "attnres", "oasis", "ngpt")
+DEPTH_RESIDUALS = ("attnres", "oasis")
 
 
 @dataclass(frozen=True)
@@ -36,8 +46,11 @@ class GPTConfig:
         n_heads: attention heads per block.
         context: maximum sequence length.
         mlp_ratio: hidden width of the MLP over ``d_model``.
-        norm: registered norm used in every block and before the head.
+        norm: registered norm used in every block (and before the head, unless
+            ``final_norm`` says otherwise).
         norm_kwargs: extra arguments of the norm.
+        final_norm: registered norm before the head (no ``norm_kwargs``); ``None`` for
+            ``norm``.
         score: registered attention score normalizer.
         score_kwargs: extra arguments of the score normalizer.
         residual: one of :data:`RESIDUALS`.
@@ -47,6 +60,8 @@ class GPTConfig:
         moe_top_k: experts active per token.
         ln_scaling: scale each block norm's output by ``1/sqrt(layer + 1)`` (LayerNorm
             Scaling against the curse of depth).
+        qk_norm: RMS-normalize each head's queries and keys (nGPT blocks always use their
+            own unit-norm version).
         bias: biases in linear layers.
         vocab: vocabulary size (bytes plus BOS).
     """
@@ -58,6 +73,7 @@ class GPTConfig:
     mlp_ratio: int = 4
     norm: str = "layernorm"
     norm_kwargs: dict[str, Any] = field(default_factory=dict)
+    final_norm: str | None = None
     score: str = "softmax"
     score_kwargs: dict[str, Any] = field(default_factory=dict)
     residual: str = "pre"
@@ -66,6 +82,7 @@ class GPTConfig:
     moe_experts: int = 0
     moe_top_k: int = 2
     ln_scaling: bool = False
+    qk_norm: bool = False
     bias: bool = True
     vocab: int = VOCAB
 
@@ -74,53 +91,18 @@ class GPTConfig:
             raise ValueError(f"residual must be one of {RESIDUALS}, got {self.residual!r}.")
         if self.d_model % self.n_heads:
             raise ValueError(
-                f"n_heads={self.n_heads} must divide d_model={self.d_model}; "
-                "change one of them."
+                f"n_heads={self.n_heads} must divide d_model={self.d_model}; change one of them."
             )
-        if get(self.norm).kind != "norm":
-            raise ValueError(f"norm={self.norm!r} is not a registered norm method.")
+        for name in (self.norm, self.final_norm or self.norm):
+            if get(name).kind != "norm":
+                raise ValueError(f"{name!r} is not a registered norm method.")
         if get(self.score).kind != "score":
             raise ValueError(f"score={self.score!r} is not a registered score method.")
+        if self.residual == "ngpt" and self.moe_experts:
+            raise ValueError("residual='ngpt' has no MoE variant; set moe_experts=0.")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class MLP(nn.Module):
-    """Two-layer GELU feed-forward block."""
-
-    def __init__(self, dim: int, hidden: int, *, bias: bool) -> None:
-        super().__init__()
-        self.up = nn.Linear(dim, hidden, bias=bias)
-        self.down = nn.Linear(hidden, dim, bias=bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.gelu(self.up(x)))
-
-
-class MoEMLP(nn.Module):
-    """Top-k mixture of GELU experts, each ``hidden / top_k`` wide (same active width).
-
-    A router picks ``top_k`` experts per token and mixes them with its renormalized
-    softmax weights. Every expert runs on every token and unpicked ones get weight 0: exact
-    and simple at TinyGPT's size, not an efficient MoE.
-    """
-
-    def __init__(self, dim: int, hidden: int, *, experts: int, top_k: int, bias: bool) -> None:
-        super().__init__()
-        if not 0 < top_k <= experts:
-            raise ValueError(f"moe_top_k must be in [1, moe_experts={experts}], got {top_k}.")
-        self.top_k = top_k
-        self.router = nn.Linear(dim, experts, bias=False)
-        width = max(1, hidden // top_k)
-        self.experts = nn.ModuleList(MLP(dim, width, bias=bias) for _ in range(experts))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        logits = self.router(x)
-        top, index = logits.topk(self.top_k, dim=-1)
-        gates = torch.zeros_like(logits).scatter(-1, index, torch.softmax(top, dim=-1))
-        outputs = torch.stack([expert(x) for expert in self.experts], dim=-1)
-        return (outputs * gates.unsqueeze(-2)).sum(-1)
 
 
 class Block(nn.Module):
@@ -141,13 +123,12 @@ class Block(nn.Module):
             gated=config.gated_attention,
             causal=True,
             bias=config.bias,
+            qk_norm="rms" if config.qk_norm else None,
         )
         self.norm2 = get(config.norm).create(d, **config.norm_kwargs)
         hidden = config.mlp_ratio * d
         self.mlp = (
-            MoEMLP(
-                d, hidden, experts=config.moe_experts, top_k=config.moe_top_k, bias=config.bias
-            )
+            MoEMLP(d, hidden, experts=config.moe_experts, top_k=config.moe_top_k, bias=config.bias)
             if config.moe_experts
             else MLP(d, hidden, bias=config.bias)
         )
@@ -168,6 +149,38 @@ class Block(nn.Module):
         return h, probs
 
 
+def make_block(config: GPTConfig, index: int) -> nn.Module:
+    """The block at depth ``index`` for ``config.residual``."""
+    d = config.d_model
+    if config.residual == "ngpt":
+        attn = MultiheadAttention(
+            d,
+            config.n_heads,
+            kv_heads=config.kv_heads,
+            score=config.score,
+            score_kwargs=config.score_kwargs,
+            gated=config.gated_attention,
+            causal=True,
+            scale=math.sqrt(d // config.n_heads),
+            qk_norm="l2",
+            normalized=True,
+        )
+        # u and v share the width so the MLP has the parameters of a 2-matrix one
+        return NGPTBlock(d, attn=attn, hidden=max(1, 2 * config.mlp_ratio * d // 3))
+    block = Block(config, index)
+    if config.residual in DEPTH_RESIDUALS:
+        return DepthBlock(
+            d,
+            norm1=block.norm1,
+            attn=block.attn,
+            norm2=block.norm2,
+            mlp=block.mlp,
+            null_coupling=config.residual == "oasis",
+            norm_scale=block.norm_scale,
+        )
+    return block
+
+
 class TinyGPT(nn.Module):
     """A byte-level causal language model with configurable normalization.
 
@@ -181,10 +194,23 @@ class TinyGPT(nn.Module):
         d = config.d_model
         self.embed = nn.Embedding(config.vocab, d)
         self.pos = nn.Embedding(config.context, d)
-        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
-        self.norm_f = get(config.norm).create(d, **config.norm_kwargs)
-        self.head = nn.Linear(d, config.vocab, bias=False)
+        self.blocks = nn.ModuleList(make_block(config, i) for i in range(config.n_layers))
+        self.ngpt = config.residual == "ngpt"
+        self.depth = config.residual in DEPTH_RESIDUALS
+        if self.ngpt:  # no norm layers; logits s_z * (E h) with unit-norm rows of E
+            self.head = NormalizedLinear(d, config.vocab, norm_dim="in")
+            self.s_z = LearnedScale(config.vocab, init=1.0, scale=1.0 / math.sqrt(d))
+        else:
+            self.norm_f = (
+                get(config.norm).create(d, **config.norm_kwargs)
+                if config.final_norm is None
+                else get(config.final_norm).create(d)
+            )
+            self.head = nn.Linear(d, config.vocab, bias=False)
+        if self.depth:  # the head reads a depth mix over every sublayer output too
+            self.route_final = AttnResidual(d, null_coupling=config.residual == "oasis")
         self.apply(self._init)
+        self.after_step()
 
     @staticmethod
     def _init(module: nn.Module) -> None:
@@ -213,6 +239,27 @@ class TinyGPT(nn.Module):
         Returns:
             Logits ``(batch, tokens, vocab)``, and the list of probabilities if asked.
         """
+        states, probs = self.trunk(idx, layers=layers, return_probs=return_probs)
+        logits = self.readout(states[-1])
+        return (logits, probs) if return_probs else logits
+
+    def trunk(
+        self,
+        idx: torch.Tensor,
+        *,
+        layers: Sequence[int] | None = None,
+        return_probs: bool = False,
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The hidden states entering each run block, then the one the head reads.
+
+        ``states[i]`` is the input of the ``i``-th run block (``states[0]`` the embedding
+        output) and ``states[-1]`` the final hidden state, so ``readout(states[-1])`` gives the
+        logits. Probes (:mod:`normlab.probes.hooks`) read the residual stream from here.
+
+        Returns:
+            ``(states, probs)``: ``len(run blocks) + 1`` tensors ``(batch, tokens, d_model)``,
+            and each run block's attention probabilities (empty unless asked).
+        """
         if idx.dim() != 2:
             raise ValueError(f"idx must be (batch, tokens), got shape {tuple(idx.shape)}.")
         n = idx.shape[1]
@@ -220,16 +267,41 @@ class TinyGPT(nn.Module):
             raise ValueError(f"Sequence of {n} tokens exceeds context {self.config.context}.")
         h = self.embed(idx) + self.pos(torch.arange(n, device=idx.device))
         order = range(len(self.blocks)) if layers is None else layers
-        all_probs = []
+        if self.ngpt:
+            h = NF.l2_normalize(h)
+        if self.depth:
+            values, nulls = [h], [torch.zeros_like(h[..., 0])]
+            states, all_probs = [], []
+            for i in order:
+                state, probs = self.blocks[i](values, nulls, return_probs=return_probs)
+                states.append(state)
+                if probs is not None:
+                    all_probs.append(probs)
+            states.append(self.route_final(values, nulls))
+            return states, all_probs
+        states, all_probs = [h], []
         for i in order:
             h, probs = self.blocks[i](h, return_probs=return_probs)
+            states.append(h)
             if probs is not None:
                 all_probs.append(probs)
-        logits = self.head(self.norm_f(h))
-        return (logits, all_probs) if return_probs else logits
+        return states, all_probs
+
+    def readout(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits from a final hidden state: ``head(norm_f(h))``, or ``s_z * head(h)`` (nGPT)."""
+        if self.ngpt:
+            return self.head(h) * self.s_z()
+        return self.head(self.norm_f(h))
 
     def after_step(self) -> None:
-        """Hook the trainer calls after every optimizer step (constraint projections)."""
+        """Hook the trainer calls after every optimizer step (constraint projections).
+
+        nGPT puts every weight vector and embedding row back on the unit sphere.
+        """
+        if self.ngpt:
+            renormalize_weights_(self)
+            unit_rows_(self.embed.weight)
+            unit_rows_(self.pos.weight)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

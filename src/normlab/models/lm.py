@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from normlab._io import atomic_write_bytes, atomic_write_json, cache_dir, content_hash, file_lock
 from normlab.data.corpus import corpus, corpus_fingerprint, sample_batch
 from normlab.models.gpt import GPTConfig, TinyGPT
+from normlab.quant.model import dequantize_model, quantize_model
 
 __all__ = ["TrainConfig", "evaluate_bpb", "lm_cache_key", "load_snapshot", "train_lm"]
 
@@ -48,6 +49,12 @@ class TrainConfig:
         eval_every: evaluate validation bits-per-byte every this many steps (0: at the end).
         eval_batches: batches per evaluation.
         snapshots: steps after which to also store the weights (see :func:`load_snapshot`).
+        matmul_quant: train with every linear layer's matmuls fake-quantized to this
+            :data:`normlab.quant.PRESETS` scheme (e.g. "nvfp4"), straight-through; ``None``
+            trains in fp32. Validation during training runs quantized too; the returned
+            and cached model holds the fp32 master weights.
+        matmul_quant_backward: also quantize the two gradient matmuls (input and weight
+            gradients), as the NVFP4 training recipe does.
     """
 
     steps: int = 1500
@@ -62,6 +69,8 @@ class TrainConfig:
     eval_every: int = 0
     eval_batches: int = 4
     snapshots: tuple[int, ...] = ()
+    matmul_quant: str | None = None
+    matmul_quant_backward: bool = True
 
     def lr_at(self, step: int) -> float:
         """Learning rate at ``step`` (0-based)."""
@@ -134,7 +143,10 @@ def _paths(key: str, step: int | None = None) -> tuple[Path, Path]:
 def _save_weights(model: TinyGPT, path: Path) -> None:
     from safetensors.torch import save
 
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    # a model training through QuantLinear wrappers is saved under its plain names
+    state = {
+        k.replace(".inner.", "."): v.detach().contiguous() for k, v in model.state_dict().items()
+    }
     atomic_write_bytes(path, save(state))
 
 
@@ -149,6 +161,8 @@ def _train(model_config: GPTConfig, tc: TrainConfig, seed: int, key: str) -> tup
     model = TinyGPT(model_config)
     model.train()
     optimizer = torch.optim.AdamW(_param_groups(model, tc.weight_decay), lr=tc.lr, betas=tc.betas)
+    if tc.matmul_quant is not None:
+        quantize_model(model, tc.matmul_quant, backward=tc.matmul_quant_backward)
     generator = torch.Generator().manual_seed(seed)
     data = corpus("train")
     log: dict[str, Any] = {"step": [], "train_bpb": [], "eval_step": [], "val_bpb": []}
@@ -177,6 +191,7 @@ def _train(model_config: GPTConfig, tc: TrainConfig, seed: int, key: str) -> tup
             _save_weights(model, _paths(key, done)[0])
     log["seconds"] = time.perf_counter() - start
     log["params"] = model.num_parameters()
+    dequantize_model(model)
     return model, log
 
 

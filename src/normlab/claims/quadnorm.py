@@ -1,0 +1,297 @@
+"""Claim "quadnorm": quadrature moments make normalization consistent across resolutions.
+
+The seed replaces the uniform averaging of normalization layers by numerical quadrature
+and proves the moments ``O(h^2)``-consistent on endpoint-inclusive grids; on Darcy, QuadNorm
+transfers best from the training resolution to finer ones. Two measurements here:
+
+(a) Moments of smooth non-periodic 2D fields on grids of N = 16..256 points per side
+    against their exact values: the fitted log-log slope of the mismatch against ``h`` is
+    ~2 for the trapezoid rule and ~1 for the uniform mean (InstanceNorm); Simpson is shown
+    for scale (~4). Deterministic given the seed.
+(b) A small neural operator (cosine spectral layers, a norm after each; every other part of
+    the network is resolution-consistent) trained on Darcy flow at 33^2 points (32
+    intervals) and tested on the same kind of data at 33^2, 65^2 (and 129^2 at full scale),
+    with InstanceNorm, a LayerNorm over (channels, grid), QuadNorm and BlendQuadNorm.
+    Error growth from the training resolution to the finest is compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from normlab import functional as NF
+from normlab.claims.common import cell, seed_everything
+from normlab.claims.core import Claim, Effect, register_claim
+from normlab.data.darcy import darcy_dataset
+from normlab.models.operator import operator_net
+from normlab.papers import paper
+
+__all__ = ["CLAIM", "moment_mismatch_slopes", "relative_l2"]
+
+#: Norm variants of part (b): registry name and arguments.
+NORMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "instancenorm": ("quadnorm", {"rule": "uniform"}),
+    "layernorm": ("quadnorm", {"rule": "uniform", "alpha": 0.0}),
+    "quadnorm": ("quadnorm", {"rule": "trapezoid"}),
+    "blendquadnorm": ("blendquadnorm", {"rule": "trapezoid"}),
+}
+RULES = ("uniform", "trapezoid", "simpson")
+
+
+def _evaluate(
+    params: tuple[np.ndarray, np.ndarray], phase: np.ndarray, lin: np.ndarray, n: int
+) -> torch.Tensor:
+    """Smooth non-periodic fields ``sum_j A_j sin(w_j . (x, y) + p_j) + b1 x + b2 y^2`` on
+    an ``n x n`` endpoint-inclusive grid, shape ``(count, 1, n, n)``; the same functions
+    at every ``n``."""
+    amp, freq = params
+    t = np.linspace(0.0, 1.0, n)
+    f = lin[:, 0, None, None] * t[:, None] + lin[:, 1, None, None] * t[None, :] ** 2
+    for j in range(amp.shape[1]):  # sin(a + b) = sin a cos b + cos a sin b: outer products
+        ax = freq[:, j, 0, None] * t + phase[:, j, None]
+        by = freq[:, j, 1, None] * t
+        f = f + amp[:, j, None, None] * (
+            np.sin(ax)[:, :, None] * np.cos(by)[:, None, :]
+            + np.cos(ax)[:, :, None] * np.sin(by)[:, None, :]
+        )
+    return torch.from_numpy(f)[:, None]
+
+
+def moment_mismatch_slopes(
+    seed: int, sizes: Sequence[int], *, fields: int = 8, reference: int = 513
+) -> dict[str, dict[str, Any]]:
+    """Per rule: the mismatch ``mean |mu_N - mu| + |sd_N - sd|`` over random smooth fields
+    at each grid size, and its fitted log-log slope against ``h = 1 / (N - 1)``.
+
+    Exact moments come from Simpson's rule at ``reference`` points (error ~1e-9, far below
+    the mismatches measured)."""
+    rng = np.random.default_rng(seed)
+    draws = (
+        (rng.standard_normal((fields, 4)), rng.uniform(0.5, 4.0, (fields, 4, 2))),
+        rng.uniform(0, 2 * np.pi, (fields, 4)),
+        rng.standard_normal((fields, 2)),
+    )
+    mu_ref, var_ref = NF.quad_moments(_evaluate(*draws, reference), "simpson")
+    out: dict[str, dict[str, Any]] = {}
+    h = np.array([1.0 / (n - 1) for n in sizes])
+    for rule in RULES:
+        gaps = []
+        for n in sizes:
+            mu, var = NF.quad_moments(_evaluate(*draws, n), rule)  # type: ignore[arg-type]
+            gap = (mu - mu_ref).abs() + (var.sqrt() - var_ref.sqrt()).abs()
+            gaps.append(float(gap.mean()))
+        slope = float(np.polyfit(np.log(h), np.log(gaps), 1)[0])
+        out[rule] = {"slope": slope, "mismatch": gaps, "h": h.tolist()}
+    return out
+
+
+def relative_l2(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-sample ``||pred - target|| / ||target||`` in L2 over the unit square, with
+    trapezoid weights so that the number means the same at every resolution."""
+    w = NF.quadrature_weights(target.shape[-2:], "trapezoid", dtype=target.dtype)
+    num = ((pred - target).square() * w).sum((-3, -2, -1))
+    return (num / (target.square() * w).sum((-3, -2, -1))).sqrt()
+
+
+def _tensors(a: np.ndarray, u: np.ndarray, u_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.tensor((a - 7.5) / 4.5, dtype=torch.float32)[:, None]  # a in {3, 12} -> -1, 1
+    return x, torch.tensor(u * u_scale, dtype=torch.float32)[:, None]
+
+
+def _train_operator(
+    norm: str,
+    kwargs: dict[str, Any],
+    train: tuple[torch.Tensor, torch.Tensor],
+    config: Mapping[str, Any],
+    seed: int,
+) -> tuple[torch.nn.Module, list[float]]:
+    torch.manual_seed(seed)
+    model = operator_net(
+        norm,
+        width=config["width"],
+        modes=config["modes"],
+        layers=config["layers"],
+        norm_kwargs=kwargs,
+    )
+    x, y = train
+    batch, n = config["batch"], len(x)
+    steps = config["epochs"] * (n // batch)
+    opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=config["lr"], total_steps=steps)
+    g = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(config["epochs"]):
+        order = torch.randperm(n, generator=g)
+        total = 0.0
+        for i in range(0, n - batch + 1, batch):
+            idx = order[i : i + batch]
+            loss = relative_l2(model(x[idx]), y[idx]).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            total += loss.item()
+        losses.append(total / (n // batch))
+    return model, losses
+
+
+def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """(a) moment-mismatch slopes per rule; (b) operator test error per norm and resolution."""
+    seed_everything(seed)
+    table: dict[str, dict[str, float]] = {}
+    curves: dict[str, Any] = {"moments": moment_mismatch_slopes(seed, config["moment_sizes"])}
+    for rule, rec in curves["moments"].items():
+        table[f"moments-{rule}"] = {"slope": rec["slope"], "mismatch_finest": rec["mismatch"][-1]}
+
+    n_train, n_test = config["n_train"], config["n_test"]
+    data = darcy_dataset(n_train + n_test, config["fine"], seed=seed)
+    scale = 1.0 / float(np.sqrt(np.mean(data.u[:n_train] ** 2)))
+    a_tr, u_tr = data.at(config["train_res"])
+    train = _tensors(a_tr[:n_train], u_tr[:n_train], scale)
+    tests = {r: _tensors(*(v[n_train:] for v in data.at(r)), scale) for r in config["test_res"]}
+    first, last = config["test_res"][0], config["test_res"][-1]
+    curves["operator"] = {}
+    for name in config["methods"]:
+        norm, kwargs = NORMS[name]
+        model, losses = _train_operator(norm, kwargs, train, config, seed)
+        model.eval()
+        with torch.no_grad():
+            errors = {r: float(relative_l2(model(x), y).mean()) for r, (x, y) in tests.items()}
+        table[name] = {
+            "rel_err_train_res": errors[first],
+            "rel_err_finest": errors[last],
+            "growth": errors[last] / errors[first] - 1.0,
+            "final_train_loss": losses[-1],
+        }
+        curves["operator"][name] = {"resolution": list(errors), "rel_err": list(errors.values())}
+    return {"table": table, "curves": curves}
+
+
+def _figure(measurements: Sequence[dict[str, Any]]):
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    for k, rule in enumerate(RULES):
+        for j, m in enumerate(measurements):
+            rec = m["curves"]["moments"][rule]
+            label = f"{rule} (slope {rec['slope']:.2f})" if j == 0 else None
+            ax1.loglog(rec["h"], rec["mismatch"], "o-", color=f"C{k}", alpha=0.7, label=label)
+    ax1.set_xlabel("grid spacing h")
+    ax1.set_ylabel("moment mismatch")
+    ax1.legend(fontsize=8)
+    for k, name in enumerate(measurements[0]["curves"]["operator"]):
+        for j, m in enumerate(measurements):
+            rec = m["curves"]["operator"][name]
+            ax2.plot(
+                rec["resolution"],
+                rec["rel_err"],
+                "o-",
+                color=f"C{k}",
+                alpha=0.7,
+                label=name if j == 0 else None,
+            )
+    ax2.set_xscale("log", base=2)
+    ax2.set_xlabel("test resolution (trained at the first)")
+    ax2.set_ylabel("relative L2 test error")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+_SIZES = [16, 32, 64, 128, 256]
+_NET = {"width": 16, "modes": 12, "layers": 4, "batch": 10, "lr": 3e-3, "train_res": 33}
+
+CLAIM = register_claim(
+    Claim(
+        id="quadnorm",
+        paper=paper("quadnorm"),
+        hypothesis=(
+            "Quadrature moments are O(h^2)-consistent across resolutions where uniform "
+            "averaging is O(h), and a neural operator with QuadNorm loses less accuracy "
+            "than with InstanceNorm when tested at finer resolutions than it was trained on."
+        ),
+        metrics=(
+            "slope",
+            "mismatch_finest",
+            "rel_err_train_res",
+            "rel_err_finest",
+            "growth",
+            "final_train_loss",
+        ),
+        effects=(
+            Effect(
+                "quadrature_second_order",
+                "fitted mismatch slope of the trapezoid moments minus 1.5",
+                lambda m: cell(m, "moments-trapezoid", "slope") - 1.5,
+            ),
+            Effect(
+                "uniform_first_order",
+                "1.5 minus the fitted mismatch slope of the uniform (InstanceNorm) moments",
+                lambda m: 1.5 - cell(m, "moments-uniform", "slope"),
+            ),
+            Effect(
+                "error_growth",
+                "InstanceNorm's relative test-error growth from the training resolution to "
+                "the finest minus QuadNorm's",
+                lambda m: cell(m, "instancenorm", "growth") - cell(m, "quadnorm", "growth"),
+            ),
+        ),
+        headline=(
+            "Darcy: QuadNorm gives the best cross-resolution error at every target "
+            "resolution from 64^2 to 256^2; moments O(h^2)-consistent."
+        ),
+        setup=(
+            "(a) mean and std of 8 random smooth non-periodic fields on N = 16..256 grids vs "
+            "exact. (b) 4-layer cosine-spectral neural operator (width 16, 12 modes, a norm "
+            "after each layer) trained on Darcy flow (GRF alpha=2, tau=3, a in {12, 3}, "
+            "5-point FD on the finest grid, subsampled) at 33^2, tested at finer grids."
+        ),
+        configs={
+            "smoke": {
+                "seeds": 1,
+                **_NET,
+                "moment_sizes": [8, 16, 32],
+                "fine": 17,
+                "train_res": 9,
+                "test_res": [9, 17],
+                "n_train": 20,
+                "n_test": 4,
+                "epochs": 1,
+                "width": 8,
+                "modes": 4,
+                "layers": 2,
+                "batch": 5,
+                "methods": ["instancenorm", "quadnorm", "blendquadnorm"],
+            },
+            "quick": {
+                "seeds": 3,
+                **_NET,
+                "moment_sizes": _SIZES,
+                "fine": 65,
+                "test_res": [33, 65],
+                "n_train": 200,
+                "n_test": 50,
+                "epochs": 10,
+                "methods": ["instancenorm", "layernorm", "quadnorm", "blendquadnorm"],
+            },
+            "full": {
+                "seeds": 5,
+                **_NET,
+                "moment_sizes": _SIZES,
+                "fine": 129,
+                "test_res": [33, 65, 129],
+                "n_train": 1000,
+                "n_test": 200,
+                "epochs": 30,
+                "methods": ["instancenorm", "layernorm", "quadnorm", "blendquadnorm"],
+            },
+        },
+        run=run,
+        key=("growth", "quadnorm", "instancenorm"),
+        figure=_figure,
+    )
+)

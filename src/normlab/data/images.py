@@ -1,0 +1,72 @@
+"""Small image data sets that ship with the installed libraries (no download)."""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+__all__ = ["ImageSplit", "load_digits_tensors"]
+
+
+class ImageSplit(NamedTuple):
+    """A train/test split of an image classification set; unpacks as a 4-tuple.
+
+    Attributes:
+        train_x: training images ``(n, 1, H, W)``, float32 in [0, 1].
+        train_y: training labels ``(n,)``, int64.
+        test_x: test images.
+        test_y: test labels.
+    """
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+
+    @property
+    def classes(self) -> int:
+        """Number of classes (largest label + 1)."""
+        return int(max(self.train_y.max(), self.test_y.max())) + 1
+
+
+@functools.lru_cache(maxsize=1)
+def _digits() -> tuple[np.ndarray, np.ndarray]:
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "load_digits_tensors needs scikit-learn: pip install 'normlab[claims]'."
+        ) from err
+    data = load_digits()
+    images = np.asarray(data.images, dtype=np.float32) / 16.0
+    images.setflags(write=False)
+    labels = np.asarray(data.target, dtype=np.int64)
+    labels.setflags(write=False)
+    return images, labels
+
+
+def load_digits_tensors(seed: int = 0, *, test_fraction: float = 0.25) -> ImageSplit:
+    """scikit-learn's 8x8 handwritten digits (1,797 images, 10 classes) as tensors.
+
+    Pixels (integers 0-16) are scaled to [0, 1]. The split is stratified by class and fixed
+    by ``seed``: the same seed always gives the same split.
+
+    Args:
+        seed: seed of the random split.
+        test_fraction: share of each class held out for testing.
+    """
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}.")
+    images, labels = _digits()
+    rng = np.random.default_rng(seed)
+    test = np.zeros(len(labels), dtype=bool)
+    for c in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == c))
+        test[members[: round(test_fraction * len(members))]] = True
+    x = torch.from_numpy(images[:, None].copy())
+    y = torch.from_numpy(labels.copy())
+    mask = torch.from_numpy(test)
+    return ImageSplit(x[~mask], y[~mask], x[mask], y[mask])

@@ -1,0 +1,138 @@
+"""The quadnorm claim at smoke scale, and the Darcy data it is built on."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from normlab.claims import get_claim
+from normlab.data.darcy import (
+    darcy_dataset,
+    gaussian_random_field,
+    solve_darcy,
+    subsample,
+    threshold_coefficient,
+)
+from normlab.models.operator import operator_net
+
+
+def _series_solution(n: int, terms: int = 199) -> np.ndarray:
+    """-Laplace(u) = 1 on the unit square, u = 0 on the boundary, by its sine series:
+    u = sum_{m, k odd} 16 / (pi^4 m k (m^2 + k^2)) sin(m pi x) sin(k pi y)."""
+    x = np.linspace(0.0, 1.0, n)
+    m = np.arange(1, terms + 1, 2)
+    s = np.sin(np.pi * np.outer(x, m))
+    c = 16 / (np.pi**4 * m[:, None] * m[None, :] * (m[:, None] ** 2 + m[None, :] ** 2))
+    return s @ c @ s.T
+
+
+def test_constant_coefficient_matches_the_series_solution_at_second_order():
+    errors = [
+        np.abs(solve_darcy(np.ones((n, n))) - _series_solution(n)).max() for n in (17, 33, 65)
+    ]
+    assert errors[1] < 1e-4
+    assert 3.5 < errors[0] / errors[1] < 4.5 and 3.5 < errors[1] / errors[2] < 4.5
+    assert solve_darcy(np.ones((65, 65)))[32, 32] == pytest.approx(0.07367, abs=2e-5)
+
+
+def test_variable_coefficient_manufactured_solution_converges_at_second_order():
+    def problem(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        t = np.linspace(0.0, 1.0, n)
+        x, y = np.meshgrid(t, t, indexing="ij")
+        a = 1 + x + y**2
+        u = np.sin(np.pi * x) * np.sin(np.pi * y)
+        f = (
+            2 * np.pi**2 * a * u
+            - np.pi * np.cos(np.pi * x) * np.sin(np.pi * y)
+            - 2 * y * np.pi * np.sin(np.pi * x) * np.cos(np.pi * y)
+        )
+        return a, f, u
+
+    errors = []
+    for n in (17, 33, 65):
+        a, f, u = problem(n)
+        errors.append(np.abs(solve_darcy(a, f) - u).max())
+    assert errors[2] < 1e-3
+    assert 3.5 < errors[0] / errors[1] < 4.5 and 3.5 < errors[1] / errors[2] < 4.5
+
+
+def test_symmetric_coefficient_gives_symmetric_solution_and_zero_boundary():
+    field = gaussian_random_field(1, 33, seed=4)[0]
+    a = threshold_coefficient(field + field.T)
+    u = solve_darcy(a)
+    np.testing.assert_allclose(u, u.T, atol=1e-12)
+    assert np.all(u[0] == 0) and np.all(u[:, -1] == 0) and (u[1:-1, 1:-1] > 0).all()
+
+
+def test_fields_and_data_are_resolution_consistent():
+    fine = gaussian_random_field(3, 129, seed=7)
+    np.testing.assert_allclose(
+        subsample(fine, 33), gaussian_random_field(3, 33, seed=7), atol=1e-12
+    )
+    data = darcy_dataset(2, 33, seed=1, modes=8)
+    a17, u17 = data.at(17)
+    assert np.array_equal(a17, data.a[:, ::2, ::2]) and np.array_equal(u17, data.u[:, ::2, ::2])
+    assert set(np.unique(data.a)) <= {3.0, 12.0}
+    # a coarse solve of the same coefficient agrees with the subsampled fine one to O(h)
+    coarse = solve_darcy(a17[0])
+    assert np.abs(coarse - u17[0]).max() < 0.1 * np.abs(u17[0]).max()
+
+
+def test_clear_errors():
+    with pytest.raises(ValueError, match="multiple"):
+        subsample(np.zeros((2, 33, 33)), 20)
+    with pytest.raises(ValueError, match="square"):
+        solve_darcy(np.ones((5, 6)))
+    with pytest.raises(ValueError, match="positive"):
+        solve_darcy(-np.ones((5, 5)))
+    with pytest.raises(ValueError, match="channels-first norm"):
+        operator_net("rmsnorm")
+
+
+def test_operator_is_resolution_agnostic():
+    torch.manual_seed(0)
+    net = operator_net("quadnorm", width=8, modes=4, layers=2)
+    for n in (9, 17, 33):
+        assert net(torch.randn(2, 1, n, n)).shape == (2, 1, n, n)
+
+
+def test_only_the_uniform_norm_makes_the_operator_resolution_dependent_at_first_order():
+    def smooth_input(n: int) -> torch.Tensor:
+        t = torch.linspace(0.0, 1.0, n, dtype=torch.float64)
+        return (torch.exp(t)[:, None] * torch.cos(2 * t + 0.5)[None, :])[None, None]
+
+    gaps = {}
+    for rule in ("uniform", "trapezoid"):
+        torch.manual_seed(0)
+        net = operator_net("quadnorm", width=8, modes=6, layers=3, norm_kwargs={"rule": rule})
+        net = net.double()
+        with torch.no_grad():
+            coarse, fine = net(smooth_input(33)), net(smooth_input(65))
+        gaps[rule] = float((coarse - subsample(fine, 33)).abs().max())
+    assert gaps["trapezoid"] < gaps["uniform"] / 3
+
+
+def test_smoke_run_table_and_effects():
+    torch.set_num_threads(1)
+    claim = get_claim("quadnorm")
+    measurement = claim.run(claim.config("smoke"), 0)
+    json.dumps(measurement)
+    table = measurement["table"]
+    methods = set(claim.config("smoke")["methods"])
+    assert {"moments-uniform", "moments-trapezoid", "moments-simpson"} | methods <= set(table)
+    for name, row in table.items():
+        assert set(row) <= set(claim.metrics), name
+        assert all(isinstance(v, float) and math.isfinite(v) for v in row.values()), row
+    for method in methods:
+        assert {"rel_err_train_res", "rel_err_finest", "growth"} <= set(table[method])
+    # part (a) holds already at smoke size: it is deterministic numerical analysis
+    assert 1.7 < table["moments-trapezoid"]["slope"] < 2.3
+    assert 0.7 < table["moments-uniform"]["slope"] < 1.3
+    for effect in claim.effects:
+        value = effect.fn(measurement)
+        assert isinstance(value, float) and math.isfinite(value), effect.name
+    assert claim.config("quick")["seeds"] >= 3
