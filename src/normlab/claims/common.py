@@ -9,7 +9,10 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["cell", "mean_table", "seed_everything"]
+__all__ = ["QUICK_GPT", "cell", "mean_table", "seed_everything"]
+
+#: TinyGPT's shape at quick scale, shared so that claims share cached trained models.
+QUICK_GPT = {"d_model": 64, "n_layers": 2, "n_heads": 4, "context": 64}
 
 
 def seed_everything(seed: int) -> torch.Generator:

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import QUICK_GPT, cell, seed_everything
 from normlab.claims.core import Claim, Effect, register_claim
 from normlab.data.corpus import corpus, sample_batch
 from normlab.layers.dyt import DyT
@@ -133,8 +133,6 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     return fig
 
 
-_ARCH = {"d_model": 64, "n_layers": 2, "n_heads": 4, "context": 64}
-
 CLAIM = register_claim(
     Claim(
         id="dyt-regime",
@@ -170,7 +168,7 @@ CLAIM = register_claim(
         configs={
             "smoke": {
                 "seeds": 1,
-                **_ARCH,
+                **QUICK_GPT,
                 "d_model": 32,
                 "steps": 8,
                 "batch": 4,
@@ -181,7 +179,7 @@ CLAIM = register_claim(
             },
             "quick": {
                 "seeds": 3,
-                **_ARCH,
+                **QUICK_GPT,
                 "steps": 600,
                 "batch": 16,
                 "lr": 3e-3,

@@ -23,7 +23,7 @@ import torch
 
 from normlab import functional as NF
 from normlab.attention.scores import ScoreNorm
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import QUICK_GPT, cell, seed_everything
 from normlab.claims.core import Claim, Effect, register_claim
 from normlab.data.corpus import corpus, sample_batch
 from normlab.layers.approx import ApproxLayerNorm
@@ -179,8 +179,6 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     return fig
 
 
-_ARCH = {"d_model": 64, "n_layers": 2, "n_heads": 4, "context": 64}
-
 CLAIM = register_claim(
     Claim(
         id="guaranteed-approx",
@@ -239,7 +237,7 @@ CLAIM = register_claim(
             },
             "quick": {
                 "seeds": 3,
-                **_ARCH,
+                **QUICK_GPT,
                 "steps": 400,
                 "batch": 16,
                 "lr": 3e-3,

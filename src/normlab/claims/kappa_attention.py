@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import QUICK_GPT, cell, seed_everything
 from normlab.claims.core import Claim, Effect, register_claim
 from normlab.functional import abe_softmax, kappa_softmax
 from normlab.models.gpt import GPTConfig
@@ -189,8 +189,6 @@ _OPERATOR = {
     "lm_kappa": 0.2,
     "lm_margin": 0.03,
 }
-_ARCH = {"d_model": 64, "n_layers": 2, "n_heads": 4, "context": 64}
-
 CLAIM = register_claim(
     Claim(
         id="kappa-attention",
@@ -258,7 +256,7 @@ CLAIM = register_claim(
             "quick": {
                 "seeds": 3,
                 **_OPERATOR,
-                **_ARCH,
+                **QUICK_GPT,
                 "steps": 400,
                 "batch": 16,
                 "lr": 3e-3,
