@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from normlab.claims import get_claim
-from normlab.claims.numerics import spearman
+from normlab.claims.common import spearman
 
 
 def test_smoke_run():

@@ -26,6 +26,7 @@ from normlab.claims.common import cell, seed_everything
 from normlab.claims.core import Claim, Effect, register_claim
 from normlab.functional import layer_norm
 from normlab.papers import paper
+from normlab.probes.rank import affine_rank, numerical_rank
 
 __all__ = ["CLAIM"]
 
@@ -33,12 +34,11 @@ _TOL = 1e-9
 
 
 def _rank(x: torch.Tensor) -> int:
-    s = torch.linalg.svdvals(x)
-    return int((s > _TOL * max(float(s[0]), 1e-300)).sum()) if len(s) else 0
+    return int(numerical_rank(x, rtol=_TOL))
 
 
 def _affine_rank(x: torch.Tensor) -> int:
-    return _rank(x - x.mean(0, keepdim=True))
+    return int(affine_rank(x, rtol=_TOL))
 
 
 def _ln(x: torch.Tensor, g: torch.Generator, bias: bool) -> torch.Tensor:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["QUICK_GPT", "cell", "mean_table", "seed_everything"]
+__all__ = ["QUICK_GPT", "cell", "loglog_slope", "mean_table", "seed_everything", "spearman"]
 
 #: TinyGPT's shape at quick scale, shared so that claims share cached trained models.
 QUICK_GPT = {"d_model": 64, "n_layers": 2, "n_heads": 4, "context": 64}
@@ -47,3 +47,31 @@ def mean_table(
                 sd = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
                 out[method][metric] = (float(vals.mean()), sd)
     return out
+
+
+def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
+    """Least-squares slope of ``log y`` against ``log x`` (the exponent of ``y ~ x^k``)."""
+    return float(np.polyfit(np.log(np.asarray(x, float)), np.log(np.asarray(y, float)), 1)[0])
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman rank correlation of two equal-length sequences (average ranks for ties).
+
+    NaN for fewer than 3 pairs or a constant sequence.
+    """
+    if len(a) != len(b) or len(a) < 3:
+        return float("nan")
+
+    def ranks(v: Sequence[float]) -> np.ndarray:
+        arr = np.asarray(v, dtype=float)
+        order = arr.argsort(kind="stable")
+        r = np.empty(len(arr))
+        r[order] = np.arange(len(arr), dtype=float)
+        for value in np.unique(arr):  # average ranks of ties
+            r[arr == value] = r[arr == value].mean()
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])

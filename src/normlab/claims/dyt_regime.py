@@ -29,6 +29,7 @@ from normlab.layers.dyt import DyT
 from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.models.lm import TrainConfig, evaluate_bpb, train_lm
 from normlab.papers import paper
+from normlab.probes.hooks import adapt
 
 __all__ = ["CLAIM", "dyt_statistics"]
 
@@ -39,34 +40,21 @@ def dyt_statistics(model: TinyGPT, *, batch: int = 8, threshold: float = 2.0) ->
 
     ``saturation`` is the fraction with ``|alpha x| > threshold`` (the regime study's
     statistic); ``mean_abs_alpha_x`` their mean magnitude. Measured on fixed validation
-    windows; hooks are removed and the mode restored after.
+    windows through the model adapter, which leaves the model unchanged.
     """
-    saturated = magnitude = total = 0.0
-    handles = []
-
-    def hook(module: DyT, inputs: tuple[torch.Tensor, ...], _out: torch.Tensor) -> None:
-        nonlocal saturated, magnitude, total
-        x = inputs[0]
-        saturated += module.saturation(x, threshold) * x.numel()
-        magnitude += float((module.alpha * x).abs().sum())
-        total += x.numel()
-
-    for module in model.modules():
-        if isinstance(module, DyT):
-            handles.append(module.register_forward_hook(hook))
-    if not handles:
+    generator = torch.Generator().manual_seed(0)
+    x, _ = sample_batch(corpus("val"), batch, model.config.context, generator)
+    adapter = adapt(model)
+    trace = adapter.trace(x, norms=True)
+    sites = [s for s in adapter.norm_sites() if isinstance(s.module, DyT)]
+    if not sites:
         raise ValueError("The model has no DyT layers to measure saturation on.")
-    was_training = model.training
-    model.eval()
-    try:
-        x, _ = sample_batch(
-            corpus("val"), batch, model.config.context, torch.Generator().manual_seed(0)
-        )
-        model(x)
-    finally:
-        for handle in handles:
-            handle.remove()
-        model.train(was_training)
+    saturated = magnitude = total = 0.0
+    for site in sites:
+        inputs = trace.norm_inputs[site.name]
+        saturated += site.module.saturation(inputs, threshold) * inputs.numel()
+        magnitude += float((site.module.alpha * inputs).abs().sum())
+        total += inputs.numel()
     return {"saturation": saturated / total, "mean_abs_alpha_x": magnitude / total}
 
 

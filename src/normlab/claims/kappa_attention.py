@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from normlab.claims.common import QUICK_GPT, cell, seed_everything
+from normlab.claims.common import QUICK_GPT, cell, loglog_slope, seed_everything
 from normlab.claims.core import Claim, Effect, register_claim
 from normlab.functional import abe_softmax, kappa_softmax
 from normlab.models.gpt import GPTConfig
@@ -44,11 +44,6 @@ def _scores(config: Mapping[str, Any], g: torch.Generator) -> torch.Tensor:
     return torch.randn(shape, generator=g, dtype=_F64) * config["score_scale"]
 
 
-def _slope(x: Sequence[float], y: Sequence[float]) -> float:
-    """Least-squares slope of ``log y`` against ``log x``."""
-    return float(np.polyfit(np.log(np.asarray(x)), np.log(np.asarray(y)), 1)[0])
-
-
 def softmax_limit(config: Mapping[str, Any], g: torch.Generator) -> dict[str, float]:
     """Max deviation of kappa-softmax from softmax at each ``limit_kappas``, and its order."""
     s = _scores(config, g)
@@ -58,7 +53,7 @@ def softmax_limit(config: Mapping[str, Any], g: torch.Generator) -> dict[str, fl
     row = {f"max_err_kappa_{k:g}": e for k, e in zip(kappas, errors, strict=True)}
     row["max_err"] = errors[0]
     row["tolerance"] = float(config["limit_tolerance"])
-    row["order_in_kappa"] = _slope(kappas, errors) if len(kappas) > 1 else math.nan
+    row["order_in_kappa"] = loglog_slope(kappas, errors) if len(kappas) > 1 else math.nan
     return row
 
 
@@ -79,7 +74,7 @@ def tail_exponent(
     worst = 0.0
     for k in config["tail_kappas"]:
         p = kappa_softmax(s, kappa=k)[:, head.shape[1] :]
-        slopes = [_slope(d.tolist(), r.tolist()) for r in p]
+        slopes = [loglog_slope(d.tolist(), r.tolist()) for r in p]
         slope = float(np.mean(slopes))
         rel = abs(slope * k + 1.0)  # |slope - (-1/k)| / (1/k)
         worst = max(worst, rel)
@@ -103,7 +98,7 @@ def abe_deviation(
     eps = list(config["abe_eps"])
     dev = [float(torch.linalg.norm(abe_softmax(s, q=math.exp(e)) - reference)) for e in eps]
     row = {f"dev_eps_{e:g}": v for e, v in zip(eps, dev, strict=True)}
-    row["order_in_eps"] = _slope(eps, dev)
+    row["order_in_eps"] = loglog_slope(eps, dev)
     top = eps[-1]
     gap = abe_softmax(s, q=math.exp(top)) - abe_softmax(s, q=math.exp(-top))
     row["reciprocal_gap"] = float(gap.abs().max())

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import cell, loglog_slope, seed_everything
 from normlab.claims.core import Claim, Effect, register_claim
 from normlab.claims.oasis import train_config
 from normlab.data.corpus import corpus, sample_batch
@@ -86,11 +86,6 @@ def snr_profile(model: nn.Module, tokens: torch.Tensor, lengths: Sequence[int]) 
     return [float(np.mean(per_k[k])) for k in lengths]
 
 
-def _slope(lengths: Sequence[int], db: Sequence[float]) -> float:
-    """Least-squares slope of log10 SNR against log10 k."""
-    return float(np.polyfit(np.log10(lengths), np.asarray(db) / 10, 1)[0])
-
-
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """Train both models in fp32 and NVFP4 (cached), measure gaps and SNR profiles."""
     seed_everything(seed)
@@ -120,7 +115,8 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         row["gap"] = row["fp4_bpb"] - row["fp32_bpb"]
         db = snr_profile(fp32, probe, lengths)
         row["snr_db"] = db[-1]
-        row["snr_slope"] = _slope(lengths, db) if len(lengths) > 1 else 0.0
+        snr = [10 ** (v / 10) for v in db]
+        row["snr_slope"] = loglog_slope(lengths, snr) if len(lengths) > 1 else 0.0
         row["train_seconds"] = float(log32["seconds"] + log4["seconds"])
         table[name] = row
         curves[name] = {

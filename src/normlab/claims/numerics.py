@@ -17,34 +17,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import cell, seed_everything, spearman
 from normlab.claims.core import Claim, Effect, register_claim
 from normlab.papers import paper
 from normlab.probes.numerics import outlier_sweep, sink_sweep
 
-__all__ = ["CLAIM", "spearman"]
+__all__ = ["CLAIM"]
 
 _DTYPES = (torch.float16, torch.bfloat16)
-
-
-def spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    """Spearman rank correlation of two equal-length sequences (average ranks for ties)."""
-    if len(a) != len(b) or len(a) < 3:
-        return float("nan")
-
-    def ranks(v: Sequence[float]) -> np.ndarray:
-        arr = np.asarray(v, dtype=float)
-        order = arr.argsort(kind="stable")
-        r = np.empty(len(arr))
-        r[order] = np.arange(len(arr), dtype=float)
-        for value in np.unique(arr):  # average ranks of ties
-            r[arr == value] = r[arr == value].mean()
-        return r
-
-    ra, rb = ranks(a), ranks(b)
-    if ra.std() == 0 or rb.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from normlab import functional as NF
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import cell, loglog_slope, seed_everything
 from normlab.claims.core import Claim, Effect, register_claim
 from normlab.data.darcy import darcy_dataset
 from normlab.models.operator import operator_net
@@ -84,7 +84,7 @@ def moment_mismatch_slopes(
             mu, var = NF.quad_moments(_evaluate(*draws, n), rule)  # type: ignore[arg-type]
             gap = (mu - mu_ref).abs() + (var.sqrt() - var_ref.sqrt()).abs()
             gaps.append(float(gap.mean()))
-        slope = float(np.polyfit(np.log(h), np.log(gaps), 1)[0])
+        slope = loglog_slope(h, gaps)
         out[rule] = {"slope": slope, "mismatch": gaps, "h": h.tolist()}
     return out
 

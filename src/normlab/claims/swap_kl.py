@@ -21,9 +21,8 @@ from typing import Any
 import torch
 
 from normlab.claims._depth_models import SETTINGS, trained
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import cell, seed_everything, spearman
 from normlab.claims.core import Claim, Effect, register_claim
-from normlab.claims.numerics import spearman
 from normlab.data.corpus import corpus, sample_batch
 from normlab.papers import paper
 from normlab.probes.swap import pruning_curve, swap_kl
