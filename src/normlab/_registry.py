@@ -14,8 +14,19 @@ from typing import Any, Literal
 
 __all__ = ["KINDS", "LAYOUTS", "Method", "create", "get", "methods", "register"]
 
-Kind = Literal["norm", "score", "series", "advantage", "optim", "flow", "quant"]
-KINDS: tuple[str, ...] = ("norm", "score", "series", "advantage", "optim", "flow", "quant")
+Kind = Literal[
+    "norm", "activation", "score", "series", "advantage", "optim", "flow", "quant"
+]
+KINDS: tuple[str, ...] = (
+    "norm",
+    "activation",
+    "score",
+    "series",
+    "advantage",
+    "optim",
+    "flow",
+    "quant",
+)
 
 Layout = Literal["features_last", "channels_first", "scores", "series", "other"]
 #: How a method's input is laid out, so generic tests and tools can build inputs for it:

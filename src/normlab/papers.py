@@ -171,6 +171,37 @@ _ALL = (
         "A BatchNorm Confound in Unlearning Evaluation",
         "Approximate machine unlearning aims to remove the influence",
     ),
+    Paper(
+        "bn-geometry",
+        "BatchNorm Switching Hyperplanes and Local Region Density",
+        "Batch normalization (BN) is central to modern deep networks",
+    ),
+    Paper(
+        "delayed-spike",
+        "Delayed Loss Spikes from Normalization's Effective Learning Rate",
+        "Delayed loss spikes have been reported in neural-network training",
+    ),
+    Paper(
+        "curvature-spikes",
+        "Loss Spikes from Normalization-Layer Curvature in Clustering Heads",
+        "Large-scale pretraining of transformers has been central to the success",
+    ),
+    Paper(
+        "looped",
+        "The Fully Looped Transformer: Inter-Loop Signals and Attention Injection",
+        "Scaling model performance typically requires increasing model size",
+    ),
+    Paper(
+        "complex-bn",
+        "Riemannian Batch Normalization on Complex Domains (HPD and the Siegel Disk)",
+        "Riemannian neural networks have proven effective in solving",
+    ),
+    Paper("dino", "Emerging Properties in Self-Supervised Vision Transformers (Caron et al., 2021)"),
+    Paper("grpo", "DeepSeekMath: Group Relative Policy Optimization (Shao et al., 2024)"),
+    Paper("dr-grpo", "Understanding R1-Zero-Like Training: Dr. GRPO (Liu et al., 2025)"),
+    Paper("rloo", "Back to Basics: REINFORCE Leave-One-Out (Ahmadian et al., 2024)"),
+    Paper("gdpo", "GDPO: Group Reward-Decoupled Normalization for Multi-Reward RL"),
+    Paper("kivi", "KIVI: Tuning-Free Asymmetric 2-bit KV-Cache Quantization (Liu et al., 2024)"),
 )
 
 #: Every paper by key.

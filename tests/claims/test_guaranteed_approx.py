@@ -9,7 +9,7 @@ import torch
 
 from normlab.attention.mha import MultiheadAttention
 from normlab.claims import get_claim
-from normlab.claims.guaranteed_approx import approximate_model, operator_checks
+from normlab.claims.catalogue.guaranteed_approx import approximate_model, operator_checks
 from normlab.layers import ApproxLayerNorm
 from normlab.models.gpt import GPTConfig, TinyGPT
 

@@ -8,7 +8,7 @@ import math
 import torch
 
 from normlab.claims import get_claim
-from normlab.claims.norin import BASELINES
+from normlab.claims.catalogue.norin import BASELINES
 
 
 def test_smoke_run_table_curves_and_effects():

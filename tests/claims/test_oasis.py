@@ -8,7 +8,7 @@ import math
 import torch
 
 from normlab.claims import get_claim
-from normlab.claims.oasis import VARIANTS, variant_config
+from normlab.claims.catalogue.oasis import VARIANTS, variant_config
 
 METRICS = {
     "max_inf_norm",

@@ -8,7 +8,7 @@ import math
 import torch
 
 from normlab.claims import get_claim
-from normlab.claims.pamod import CONTROL_MARGIN
+from normlab.claims.catalogue.pamod import CONTROL_MARGIN
 
 
 def test_smoke_run_table_and_effects():

@@ -1,12 +1,10 @@
-"""Every registered claim runs end to end at smoke scale and yields finite effects."""
+"""Every registered claim runs end to end at smoke scale, its checks pass, its effects are finite."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
-import torch
 
 from normlab.claims import all_claims
 
@@ -14,10 +12,8 @@ CLAIMS = all_claims()
 
 
 @pytest.mark.parametrize("claim", CLAIMS, ids=[c.id for c in CLAIMS])
-def test_claim_runs_at_smoke_scale(claim):
-    torch.set_num_threads(1)
-    measurement = claim.run(claim.config("smoke"), 0)
-    json.dumps(measurement)  # must be JSON-serialisable for the cache and the report
+def test_claim_runs_at_smoke_scale(claim, smoke_measurement):
+    measurement = smoke_measurement(claim.id)
     table = measurement["table"]
     assert table and all(isinstance(row, dict) and row for row in table.values())
     for method, row in table.items():
@@ -26,3 +22,13 @@ def test_claim_runs_at_smoke_scale(claim):
     for effect in claim.effects:
         value = effect.fn(measurement)
         assert isinstance(value, float) and math.isfinite(value), (effect.name, value)
+    for pre in claim.preconditions:
+        assert math.isfinite(float(pre.fn(measurement))), pre.name
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=[c.id for c in CLAIMS])
+def test_claim_checks_pass_at_smoke_scale(claim):
+    config = claim.config("smoke")
+    for check in claim.checks:
+        outcome = check.fn(config)
+        assert outcome.passed, (check.name, outcome)

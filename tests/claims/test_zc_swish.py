@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from normlab.claims import get_claim
-from normlab.claims.zc_swish import layer_mean_profile, mean_drift
+from normlab.claims.catalogue.zc_swish import layer_mean_profile, mean_drift
 from normlab.data.images import load_digits_tensors
 from normlab.layers import ZCSwish
 from normlab.models.conv import plain_cnn

@@ -1,31 +1,42 @@
 """Claims: each seed paper's headline claim, measured at small scale, with a computed verdict.
 
-Claim modules in this package register themselves when imported; :func:`all_claims` imports
-them all.
+The engine lives here (:mod:`~normlab.claims.core`, runner, report); the claims themselves
+live in :mod:`normlab.claims.catalogue`, one module each, and register themselves when
+imported. :func:`all_claims` imports them all.
 """
 
 from normlab.claims.core import (
+    DIRECTIONS,
     SCALES,
     VERDICTS,
+    Check,
+    CheckOutcome,
     Claim,
     Effect,
     EffectVerdict,
+    Margin,
+    Precondition,
     all_claims,
-    combine,
     get_claim,
+    judge_claim,
     register_claim,
     verdict,
 )
 
 __all__ = [
+    "DIRECTIONS",
     "SCALES",
     "VERDICTS",
+    "Check",
+    "CheckOutcome",
     "Claim",
     "Effect",
     "EffectVerdict",
+    "Margin",
+    "Precondition",
     "all_claims",
-    "combine",
     "get_claim",
+    "judge_claim",
     "register_claim",
     "verdict",
 ]

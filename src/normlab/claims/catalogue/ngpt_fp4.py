@@ -35,7 +35,7 @@ from torch import nn
 
 from normlab.claims.common import cell, loglog_slope, seed_everything
 from normlab.claims.core import Claim, Effect, register_claim
-from normlab.claims.oasis import train_config
+from normlab.claims.catalogue.oasis import train_config
 from normlab.data.corpus import corpus, sample_batch
 from normlab.models.gpt import GPTConfig
 from normlab.models.lm import evaluate_bpb, train_lm

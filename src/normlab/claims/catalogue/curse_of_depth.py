@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from normlab.claims._depth_models import SETTINGS, trained
+from normlab.claims.catalogue._depth_models import SETTINGS, trained
 from normlab.claims.common import cell, seed_everything
 from normlab.claims.core import Claim, Effect, register_claim
 from normlab.data.corpus import corpus, sample_batch

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normlab.claims._depth_models import SETTINGS, trained
+from normlab.claims.catalogue._depth_models import SETTINGS, trained
 from normlab.claims.common import cell, seed_everything
 from normlab.claims.core import Claim, Effect, register_claim
 from normlab.data.corpus import corpus, sample_batch
