@@ -1,4 +1,4 @@
-"""The contract every registered norm and score normalizer keeps.
+"""The contract every registered norm, score normalizer and activation keeps.
 
 Inputs are built from each method's registered layout, so a new method is tested by
 registering it.
@@ -18,11 +18,16 @@ FEATURES = 8
 #: finite-difference gradcheck does not apply; each names why.
 NOT_SMOOTH: dict[str, str] = {}
 
-MODULE_METHODS = [m for m in normlab.methods() if m.kind in ("norm", "score")]
+#: Methods that need an optional package at use (the registry holds them regardless).
+EXTRAS: dict[str, str] = {"entmax15": "entmax"}
+
+MODULE_METHODS = [m for m in normlab.methods() if m.kind in ("norm", "score", "activation")]
 IDS = [m.name for m in MODULE_METHODS]
 
 
 def build(method: normlab.Method, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    if method.name in EXTRAS:
+        pytest.importorskip(EXTRAS[method.name])
     if method.layout == "scores":
         return method.create().to(dtype)
     return method.create(FEATURES).to(dtype)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -61,3 +63,32 @@ def test_presets_are_partials_not_subclasses():
     preset = normlab.get("dyt-regime")
     assert isinstance(preset.builder, functools.partial)
     assert preset.create(4).alpha.item() == 2.0
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_registry_does_not_depend_on_installed_extras():
+    # The same names are registered without the optional 'entmax' package; using the
+    # method then raises with the install hint.
+    code = (
+        "import sys; sys.modules['entmax'] = None\n"
+        "import torch, normlab\n"
+        "names = sorted(m.name for m in normlab.methods())\n"
+        "assert 'entmax15' in names, names\n"
+        "try:\n"
+        "    normlab.create('entmax15')(torch.zeros(2, 3))\n"
+        "except ImportError as err:\n"
+        "    assert 'pip install entmax' in str(err), err\n"
+        "else:\n"
+        "    raise SystemExit('no ImportError')\n"
+        "print(len(names))\n"
+    )
+    blocked = _run(code)
+    assert blocked.returncode == 0, blocked.stderr
+    full = _run("import normlab; print(len(normlab.methods()))")
+    assert full.returncode == 0, full.stderr
+    assert blocked.stdout.strip() == full.stdout.strip()

@@ -7,7 +7,20 @@ Every method is registered by name::
     normlab.methods(kind="score")
 """
 
-from normlab import attention, functional, layers, probes, quant, series, surgery
+from normlab import (  # noqa: F401  (optim registers StableGrad, MACRO)
+    attention,
+    flows,
+    functional,
+    layers,
+    optim,
+    probes,
+    quant,
+    rl,
+    series,
+    ssl,
+    surgery,
+    wrappers,
+)
 from normlab._registry import KINDS, Method, create, get, methods, register
 
 __version__ = "0.1.0"

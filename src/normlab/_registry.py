@@ -115,7 +115,7 @@ def get(name: str) -> Method:
     if key in _LOOKUP:
         return _METHODS[_LOOKUP[key]]
     close = difflib.get_close_matches(key, list(_LOOKUP), n=3, cutoff=0.5)
-    hint = ", ".join(sorted({_LOOKUP[k] for k in close})) or "none"
+    hint = ", ".join(dict.fromkeys(_LOOKUP[k] for k in close)) or "none"  # closest first
     raise KeyError(
         f"No normalization method named {name!r}. Closest: {hint}. "
         "normlab.methods() lists every registered method."

@@ -196,12 +196,34 @@ _ALL = (
         "Riemannian Batch Normalization on Complex Domains (HPD and the Siegel Disk)",
         "Riemannian neural networks have proven effective in solving",
     ),
-    Paper("dino", "Emerging Properties in Self-Supervised Vision Transformers (Caron et al., 2021)"),
+    Paper(
+        "dino", "Emerging Properties in Self-Supervised Vision Transformers (Caron et al. 2021)"
+    ),
     Paper("grpo", "DeepSeekMath: Group Relative Policy Optimization (Shao et al., 2024)"),
     Paper("dr-grpo", "Understanding R1-Zero-Like Training: Dr. GRPO (Liu et al., 2025)"),
     Paper("rloo", "Back to Basics: REINFORCE Leave-One-Out (Ahmadian et al., 2024)"),
     Paper("gdpo", "GDPO: Group Reward-Decoupled Normalization for Multi-Reward RL"),
     Paper("kivi", "KIVI: Tuning-Free Asymmetric 2-bit KV-Cache Quantization (Liu et al., 2024)"),
+    Paper(
+        "revin",
+        "Reversible Instance Normalization for Accurate Time-Series Forecasting against "
+        "Distribution Shift (Kim et al., 2022)",
+    ),
+    Paper(
+        "dish-ts",
+        "Dish-TS: A General Paradigm for Alleviating Distribution Shift in Time Series "
+        "Forecasting (Fan et al., 2023)",
+    ),
+    Paper(
+        "san",
+        "Adaptive Normalization for Non-stationary Time Series Forecasting: A Temporal Slice "
+        "Perspective (Liu et al., 2023)",
+    ),
+    Paper(
+        "fan",
+        "Frequency Adaptive Normalization For Non-stationary Time Series Forecasting "
+        "(Ye et al., 2024)",
+    ),
 )
 
 #: Every paper by key.

@@ -62,6 +62,7 @@ def test_abe_softmax_is_the_stationary_point_on_the_simplex(q):
 
 
 def test_both_maximise_their_objective_against_a_generic_optimizer():
+    pytest.importorskip("scipy")
     from scipy.optimize import minimize
 
     s = scores(7, seed=3).numpy()

@@ -73,7 +73,10 @@ def failing_claim(monkeypatch: pytest.MonkeyPatch) -> Claim:
         paper="p",
         hypothesis="h",
         primary=Effect(
-            "e", "a constant", lambda m: 1.0, direction="greater",
+            "e",
+            "a constant",
+            lambda m: 1.0,
+            direction="greater",
             margin=Margin(0.0, "normlab's choice: test"),
         ),
         headline="none",
@@ -82,3 +85,13 @@ def failing_claim(monkeypatch: pytest.MonkeyPatch) -> Claim:
     )
     monkeypatch.setitem(claims_core._CATALOGUE.claims, claim.id, claim)
     return claim
+
+
+@pytest.fixture
+def planted(monkeypatch: pytest.MonkeyPatch) -> dict[str, Claim]:
+    """The planted claims of ``tests/claims/_planted.py``, registered for one test only."""
+    from tests.claims import _planted
+
+    for claim in _planted.ALL:
+        monkeypatch.setitem(claims_core._CATALOGUE.claims, claim.id, claim)
+    return {c.id: c for c in _planted.ALL}

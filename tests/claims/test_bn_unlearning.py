@@ -1,19 +1,82 @@
-"""The bn-unlearning claim at smoke scale: GroupNorm's gap is exactly zero."""
+"""The bn-unlearning claim: its smoke run, its unlearning modes and its effects' signs."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from normlab.claims import get_claim
+from normlab.claims.catalogue.bn_unlearning import CLAIM, MODES, unlearn
+from normlab.models.bn_cnn import bn_cnn
 
 
-def test_smoke_run():
-    torch.set_num_threads(1)
-    claim = get_claim("bn-unlearning")
-    m = claim.run(claim.config("smoke"), 0)
-    for name, row in m["table"].items():
-        if name.startswith("group/"):
-            assert row["forget_gap"] == 0.0 and row["bn_mean_shift"] == 0.0
-        else:
+def test_smoke_run_has_every_arm(smoke_measurement):
+    m = smoke_measurement("bn-unlearning")
+    for method in ("grad-ascent", "neggrad+"):
+        for mode in MODES:
+            row = m["table"][f"batch/{method}/{mode}"]
+            assert 0 <= row["forget_acc"] <= 1 and 0 <= row["forget_acc_attacker"] <= 1
             assert row["bn_mean_shift"] > 0
-            assert row["forget_acc_recalibrated"] - row["forget_acc"] == row["forget_gap"]
+
+
+def test_eval_mode_unlearning_leaves_running_statistics_alone():
+    model = bn_cnn(8, 2, norm="batch", seed=0)
+    x, y = torch.rand(32, 1, 8, 8), torch.randint(0, 10, (32,))
+    stats = model.norms[0].running_mean.clone()
+    unlearn(
+        model,
+        "grad-ascent",
+        (x, y),
+        (x, y),
+        lr=1e-2,
+        batch=16,
+        stop_acc=-1.0,
+        max_steps=3,
+        generator=torch.Generator().manual_seed(0),
+        mode="eval",
+    )
+    assert torch.equal(model.norms[0].running_mean, stats)
+    unlearn(
+        model,
+        "grad-ascent",
+        (x, y),
+        (x, y),
+        lr=1e-2,
+        batch=16,
+        stop_acc=-1.0,
+        max_steps=3,
+        generator=torch.Generator().manual_seed(0),
+        mode="train",
+    )
+    assert not torch.equal(model.norms[0].running_mean, stats)
+    with pytest.raises(ValueError, match="mode"):
+        unlearn(
+            model,
+            "grad-ascent",
+            (x, y),
+            (x, y),
+            lr=1e-2,
+            batch=16,
+            stop_acc=0.0,
+            max_steps=1,
+            generator=torch.Generator(),
+            mode="test",
+        )
+
+
+def _table(after, recal, attack, eval_recal):
+    row = {
+        "forget_acc_trained": 0.95,
+        "forget_acc": after,
+        "forget_acc_recalibrated": recal,
+        "forget_acc_attacker": attack,
+    }
+    table = {f"batch/{k}/train": dict(row) for k in ("grad-ascent", "neggrad+")}
+    for k in ("grad-ascent", "neggrad+"):
+        table[f"batch/{k}/eval"] = {**row, "forget_acc_recalibrated": eval_recal}
+    return {"table": table}
+
+
+def test_effects_take_both_signs_on_constructed_tables():
+    artifact, none = _table(0.02, 0.8, 0.7, 0.1), _table(0.3, 0.1, 0.1, 0.6)
+    for effect in CLAIM.effects:
+        assert effect.fn(artifact) > 0 > effect.fn(none), effect.name

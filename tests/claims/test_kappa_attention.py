@@ -1,32 +1,37 @@
-"""The kappa-attention claim runs at smoke scale and its effects are finite numbers."""
+"""The kappa-attention claim: smoke table, operator checks, and the effect's sign."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import torch
 
 from normlab.claims import get_claim
+from normlab.claims.catalogue.kappa_attention import abe_deviation, softmax_limit, tail_exponent
+
+CLAIM = get_claim("kappa-attention")
 
 
-def test_smoke_run_table_and_effects():
-    torch.set_num_threads(1)
-    claim = get_claim("kappa-attention")
-    measurement = claim.run(claim.config("smoke"), 0)
-    json.dumps(measurement)
-    table = measurement["table"]
-    assert {"operator", "tail", "abe", "softmax", "kappa-softmax", "lm"} <= set(table)
-    for row in table.values():
-        assert all(isinstance(v, float) and math.isfinite(v) for v in row.values()), row
-    # the operator checks are exact enough to hold even at smoke size
-    assert table["operator"]["max_err"] < 1e-5
-    assert abs(table["operator"]["order_in_kappa"] - 2) < 0.05
-    assert table["tail"]["max_rel_error"] < 0.1
-    assert abs(table["abe"]["order_in_eps"] - 2) < 0.1
-    assert table["abe"]["reciprocal_gap"] < 1e-12
-    for effect in claim.effects:
-        value = effect.fn(measurement)
-        assert isinstance(value, float) and math.isfinite(value), effect.name
-    assert set(claim.configs["quick"]) >= {"seeds", "steps", "lm_kappa", "lm_margin"}
-    assert claim.config("quick")["seeds"] >= 3
+def test_smoke_table(smoke_measurement):
+    table = smoke_measurement("kappa-attention")["table"]
+    assert set(table) == {"softmax", "kappa-softmax"}
+    assert all(math.isfinite(row["val_bpb"]) for row in table.values())
+    assert CLAIM.config("quick")["seeds"] >= 5
+
+
+def test_operator_properties_hold_tightly():
+    config = CLAIM.config("smoke")
+    g = torch.Generator().manual_seed(1)
+    limit = softmax_limit(config, g)
+    assert limit["max_err"] < 1e-5 and abs(limit["order_in_kappa"] - 2) < 0.05
+    tail, _ = tail_exponent(config, g)
+    assert tail["max_rel_error"] < 0.1
+    abe, _ = abe_deviation(config, g)
+    assert abs(abe["order_in_eps"] - 2) < 0.1 and abe["reciprocal_gap"] < 1e-12
+
+
+def test_effect_sign_on_hand_built_tables():
+    def m(kappa: float) -> dict:
+        return {"table": {"softmax": {"val_bpb": 3.3}, "kappa-softmax": {"val_bpb": kappa}}}
+
+    assert CLAIM.primary.fn(m(3.25)) < 0 < CLAIM.primary.fn(m(3.4))

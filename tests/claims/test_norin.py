@@ -1,62 +1,49 @@
-"""The norin claim runs at smoke scale; its table, curves and effects are well formed."""
+"""The norin claim: its smoke run, its placebo and the signs of its effects."""
 
 from __future__ import annotations
 
-import json
 import math
 
-import torch
-
-from normlab.claims import get_claim
-from normlab.claims.catalogue.norin import BASELINES
-
-
-def test_smoke_run_table_curves_and_effects():
-    torch.set_num_threads(1)
-    claim = get_claim("norin")
-    measurement = claim.run(claim.config("smoke"), 0)
-    json.loads(json.dumps(measurement))
-    table = measurement["table"]
-    assert set(table) == {*BASELINES, "norin", "norin-joint"}
-    for row in table.values():
-        assert set(row) == {"mse", "mae"}
-        assert all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in row.values())
-    configs = list(measurement["per_config"])
-    assert configs and set(measurement["delta_trajectory"]) == set(configs) == set(
-        measurement["bo"]
-    )
-    for key in configs:
-        trajectory = measurement["delta_trajectory"][key]
-        assert trajectory[0] == claim.config("smoke")["delta_init"]
-        assert len(trajectory) == claim.config("smoke")["epochs"] + 1
-        search = measurement["bo"][key]
-        assert len(search["trials"]) == claim.config("smoke")["trials"]
-        assert 0.3 <= search["delta"] <= 30 and -3 <= search["epsilon"] <= 3
-        # NoRIN's test row is the selected trial's
-        assert math.isfinite(search["value"])
-    for fit in measurement["slifker_shapiro"].values():
-        assert fit["family"] in {"SU", "SB", "boundary", "degenerate"}
-    for effect in claim.effects:
-        value = effect.fn(measurement)
-        assert isinstance(value, float) and math.isfinite(value), effect.name
-    assert claim.config("quick")["seeds"] >= 3
-    assert {"linear", "mlp"} <= set(claim.config("quick")["backbones"])
-    assert claim.config("quick")["horizons"] == [96]
-    assert set(claim.config("full")["horizons"]) == {96, 192, 336, 720}
+from normlab.claims.catalogue.norin import (
+    BASELINES,
+    CLAIM,
+    PRIOR_BELOW_LINEAR,
+    PRIOR_LOG10_DELTA,
+)
 
 
-def test_effects_have_the_claimed_sign_on_constructed_measurements():
-    claim = get_claim("norin")
-    effects = {e.name: e.fn for e in claim.effects}
-    good = {
-        "delta_trajectory": {"a": [1.0, 1.2, 1.5]},
-        "bo": {"a": {"delta": 1.5}},
-        "per_config": {"a": {"revin": {"mse": 1.0}, "norin": {"mse": 0.9}}},
-    }
-    bad = {
-        "delta_trajectory": {"a": [1.0, 0.9]},
-        "bo": {"a": {"delta": 25.0}},
-        "per_config": {"a": {"revin": {"mse": 1.0}, "norin": {"mse": 1.1}}},
-    }
-    for name, fn in effects.items():
-        assert fn(good) > 0 > fn(bad), name
+def test_smoke_run_has_every_series_method_and_search(smoke_measurement):
+    m = smoke_measurement("norin")
+    config = CLAIM.config("smoke")
+    for series in config["series"]:
+        for method in (*BASELINES, "norin", "norin-joint"):
+            row = m["table"][f"{series}/{method}"]
+            assert row["mse"] > 0 and math.isfinite(row["mae"]), (series, method)
+        shape = m["table"][f"{series}/shape"]
+        assert math.log10(0.3) - 1e-9 <= shape["log10_delta_star"] <= math.log10(30) + 1e-9
+    for key, trajectory in m["delta_trajectory"].items():
+        assert trajectory[0] == config["delta_init"], key
+        assert len(m["bo"][key]["trials"]) == config["trials"]
+
+
+def test_placebo_is_the_log_uniform_prior():
+    assert math.log10(3.0) == PRIOR_LOG10_DELTA or abs(PRIOR_LOG10_DELTA - math.log10(3)) < 1e-12
+    assert abs(PRIOR_BELOW_LINEAR - 0.7614) < 1e-3  # a flat objective already gives 0.76
+
+
+def _table(norin, others, log10_delta, drift):
+    rows = {}
+    for s in ("epf_prices", "heavy_tailed"):
+        rows[f"{s}/norin"] = {"mse": norin}
+        for b in BASELINES:
+            rows[f"{s}/{b}"] = {"mse": others}
+        rows[f"{s}/shape"] = {"log10_delta_star": log10_delta, "log_delta_drift": drift}
+    return {"table": rows}
+
+
+def test_effects_take_both_signs_on_constructed_tables():
+    good, bad = _table(0.8, 1.0, 0.0, 0.5), _table(1.2, 1.0, 1.4, -0.5)
+    for effect in CLAIM.effects:
+        g, b = effect.fn(good), effect.fn(bad)
+        assert g * b < 0, effect.name
+        assert (g > 0) == (effect.direction == "greater"), effect.name

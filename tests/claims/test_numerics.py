@@ -1,19 +1,62 @@
-"""The numerics claim at smoke scale: every finite error is within its bound."""
+"""The numerics claim: its smoke run, its overflow rule and the signs of its effects."""
 
 from __future__ import annotations
 
 import math
 
-from normlab.claims import get_claim
+import torch
+
+from normlab.claims.catalogue.numerics import CLAIM, bound_failures, residual_scaling_errors
 from normlab.claims.common import spearman
+from normlab.models.gpt import GPTConfig, TinyGPT
 
 
-def test_smoke_run():
-    claim = get_claim("numerics")
-    m = claim.run(claim.config("smoke"), 0)
-    finite = [r for r in m["norm_sweep"] if math.isfinite(r["error"]) and r["error"] < 0.5]
-    assert finite and all(r["error"] <= r["bound"] for r in finite)
-    assert m["table"]["softmax-float16-unshifted"]["first_overflow_sink"] <= 20.0
+def test_smoke_run_has_every_scale_and_finite_errors(smoke_measurement):
+    m = smoke_measurement("numerics")
+    scales = {1.0, *CLAIM.config("smoke")["scales"]}
+    for s in scales:
+        row = m["table"][f"gpt-s{s:g}"]
+        assert 0 < row["rel_err_final"] < 0.1 and row["growth"] > 0
+    assert m["table"]["gpt-s64"]["growth"] > m["table"]["gpt-s1"]["growth"]
+
+
+def test_scaling_by_one_is_the_model_itself():
+    torch.manual_seed(0)
+    model = TinyGPT(GPTConfig(d_model=16, n_layers=2, n_heads=2, context=8))
+    idx = torch.randint(0, 256, (2, 8))
+    a = residual_scaling_errors(model, idx, 1.0)
+    b = residual_scaling_errors(model, idx, 1.0)
+    assert a == b and len(a["errors"]) == 3
+    assert model.blocks[0].attn.out.weight.dtype == torch.float32  # the model is not changed
+
+
+def test_overflow_counts_as_failure_unless_documented():
+    ok = {"dtype": "bfloat16", "compute": "native", "outlier": 1e4, "error": 0.01, "bound": 0.02}
+    over = {**ok, "error": math.inf}
+    fp16 = {**over, "dtype": "float16"}
+    assert bound_failures([ok]) == (0, 1, 0)
+    assert bound_failures([over]) == (1, 1, 0)
+    assert bound_failures([fp16]) == (0, 0, 1)
+    assert bound_failures([{**ok, "error": 0.6, "bound": 1.0}]) == (1, 1, 0)
+
+
+def _table(err_mild, err_large, ln, rms, rho):
+    rows = {
+        "gpt-s1": {"rel_err_final": 0.01, "growth": 2.0},
+        "gpt-s2": {"rel_err_final": err_mild, "growth": 4.0},
+        "gpt-s64": {"rel_err_final": err_large, "growth": 100.0},
+        "layernorm-bfloat16-native": {"error": ln},
+        "rmsnorm-bfloat16-native": {"error": rms},
+        "bounds": {"bound_error_spearman": rho, "softmax_kappa_error_spearman": rho},
+    }
+    return {"table": rows}
+
+
+def test_effects_take_both_signs_on_constructed_tables():
+    up, down = _table(0.05, 0.1, 0.02, 0.01, 0.9), _table(0.002, 0.001, 0.01, 0.02, -0.5)
+    for effect in CLAIM.effects:
+        assert effect.fn(up) * effect.fn(down) < 0, effect.name
+    assert CLAIM.primary.fn(_table(0.01, 0.01, 1, 1, 0)) == 0.0
 
 
 def test_spearman():

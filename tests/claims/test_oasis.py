@@ -1,58 +1,76 @@
-"""The oasis claim runs at smoke scale: table structure and finite effects."""
+"""The oasis claim: smoke table, variants, the coupling that can move, gates and signs."""
 
 from __future__ import annotations
 
-import json
 import math
 
-import torch
-
 from normlab.claims import get_claim
-from normlab.claims.catalogue.oasis import VARIANTS, variant_config
+from normlab.claims.catalogue.oasis import BASELINE, VARIANTS, variant_config
+from normlab.claims.core import judge_claim
 
-METRICS = {
-    "max_inf_norm",
-    "avg_kurtosis",
-    "sink_score",
-    "first_token_mass",
-    "null_mass",
-    "fp_bpb",
-    "w8a8_bpb",
-    "w4a4_bpb",
-    "w8a8_degradation",
-    "w4a4_degradation",
-}
+CLAIM = get_claim("oasis")
 
 
-def test_smoke_run_table_and_effects():
-    torch.set_num_threads(1)
-    claim = get_claim("oasis")
-    measurement = claim.run(claim.config("smoke"), 0)
-    json.dumps(measurement)
-    table = measurement["table"]
-    assert set(table) == set(VARIANTS)
-    for name, row in table.items():
-        assert set(row) >= METRICS, name
-        assert all(isinstance(v, float) and math.isfinite(v) for v in row.values()), row
-        assert 0.0 <= row["sink_score"] <= 1.0 and 0.0 < row["first_token_mass"] <= 1.0
-        assert row["avg_kurtosis"] > 0 and row["max_inf_norm"] > 0
-        assert 0 < row["fp_bpb"] < 9  # bits per byte of a byte model: below log2(257)
-        assert row["w8a8_degradation"] == row["w8a8_bpb"] - row["fp_bpb"]
+def test_smoke_table(smoke_measurement):
+    m = smoke_measurement("oasis")
+    table = m["table"]
+    assert set(table) == set(CLAIM.config("smoke")["variants"])
+    for row in table.values():
+        assert all(math.isfinite(v) for v in row.values()), row
+        assert 0.0 <= row["sink_score"] <= 1.0 and 0 < row["fp_bpb"] < 9
+        assert math.isclose(row["w8a8_degradation"], row["w8a8_bpb"] - row["fp_bpb"])
     assert table["attnres"]["null_mass"] < 1e-6 < table["oasis"]["null_mass"]
-    assert table["attnres+softmax1"]["null_mass"] > 0
-    assert "beta" not in table["attnres"] and 0 < table["oasis"]["beta"] < 0.05  # near no-op
-    for effect in claim.effects:
-        value = effect.fn(measurement)
-        assert isinstance(value, float) and math.isfinite(value), effect.name
-    assert claim.config("quick")["seeds"] >= 3
-    assert set(measurement["curves"]) == set(VARIANTS)
+    assert "beta" not in table[BASELINE] and table["oasis"]["beta"] > 0.5  # softplus(0) = 0.69
+    beta = m["curves"]["beta"]
+    assert beta["step"][0] == 0 and math.isclose(beta["beta"][0], math.log(2), rel_tol=1e-6)
+    assert CLAIM.config("quick")["seeds"] >= 5
 
 
-def test_variants_are_the_six_of_the_catalogue():
-    config = get_claim("oasis").config("quick")
+def test_variants():
+    config = CLAIM.config("quick")
     built = {name: variant_config(name, config) for name in VARIANTS}
-    assert built["pre-ln"].residual == "pre"
     assert built["oasis"].residual == "oasis" and built["oasis"].score == "softmax1"
+    assert built["oasis"].null_beta_init == config["beta_init"]
+    assert built[BASELINE].residual == "attnres" and built[BASELINE].score == "softmax1"
     assert built["attnres+clipped"].score_kwargs == {"gamma": -12 / config["context"]}
-    assert built["attnres+gated"].gated_attention
-    assert {built[n].residual for n in VARIANTS if n != "pre-ln"} <= {"attnres", "oasis"}
+    assert set(CLAIM.config("full")["variants"]) == set(VARIANTS)
+
+
+def _m(oasis_inf: float, kurtosis: float = 20.0) -> dict:
+    row = {"max_inf_norm": 10.0, "avg_kurtosis": kurtosis, "sink_score": 0.5,
+           "w8a8_degradation": 0.1, "w4a4_degradation": 0.2}  # fmt: skip
+    return {"table": {"pre-ln": dict(row), "attnres": dict(row), BASELINE: dict(row),
+                      "oasis": {**row, "max_inf_norm": oasis_inf, "beta": 0.7}}}  # fmt: skip
+
+
+def test_primary_sign_and_outlier_gate():
+    assert CLAIM.primary.fn(_m(9.0)) < 0 < CLAIM.primary.fn(_m(11.0))
+    values = (8.0, 8.1, 8.2, 8.1)
+    assert judge_claim(CLAIM, [_m(v) for v in values]).verdict == "supported"
+    assert judge_claim(CLAIM, [_m(v, 3.0) for v in values]).verdict == "untestable"
+
+
+def test_coupling_trains_at_its_own_rate():
+    from normlab.claims.catalogue.oasis import train_config
+    from normlab.models.gpt import TinyGPT
+    from normlab.models.lm import _param_groups
+
+    config = CLAIM.config("quick")
+    assert train_config(config, BASELINE).lr_multipliers == ()
+    tc = train_config(config, "oasis")
+    model = TinyGPT(variant_config("oasis", CLAIM.config("smoke")))
+    groups = _param_groups(model, tc.weight_decay, tc.lr_multipliers)
+    scaled = [g for g in groups if g["lr_scale"] != 1.0]
+    n_beta = sum(1 for n, _ in model.named_parameters() if n.endswith("beta_raw"))
+    assert len(scaled) == 1 and scaled[0]["lr_scale"] == config["beta_lr_scale"] > 1
+    assert len(scaled[0]["params"]) == n_beta > 0 and scaled[0]["weight_decay"] == 0.0
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+
+
+def test_premise_trajectory_in_smoke(smoke_measurement):
+    premise = smoke_measurement("oasis")["curves"]["premise"]
+    steps = premise["step"]
+    assert steps == sorted(steps) and steps[-1] == CLAIM.config("smoke")["premise"]["steps"]
+    for key in ("avg_kurtosis", "max_inf_norm", "sink_score"):
+        assert len(premise[key]) == len(steps) and all(math.isfinite(v) for v in premise[key])
+    assert CLAIM.figure is not None

@@ -1,49 +1,50 @@
-"""The pamod claim runs at smoke scale; its table and effects are well formed."""
+"""The pamod claim: its smoke run, the calendar baseline and the signs of its effects."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import torch
 
-from normlab.claims import get_claim
-from normlab.claims.catalogue.pamod import CONTROL_MARGIN
+from normlab.claims.catalogue.pamod import CLAIM, METHODS, ROLES, CalendarRevIN
 
 
-def test_smoke_run_table_and_effects():
-    torch.set_num_threads(1)
-    claim = get_claim("pamod")
-    measurement = claim.run(claim.config("smoke"), 0)
-    json.loads(json.dumps(measurement))
-    table = measurement["table"]
-    assert set(table) == {"revin", "pamod"}
-    for row in table.values():
-        assert set(row) == {"mse", "mae", "mse_control", "mae_control"}
-        assert all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in row.values())
-    groups = {r["group"] for r in measurement["per_config"].values()}
-    assert groups == {"cyclic", "control"}
-    for tables in measurement["tables"].values():
+def test_smoke_run_has_every_series_and_method(smoke_measurement):
+    m = smoke_measurement("pamod")
+    config = CLAIM.config("smoke")
+    for name in (*config["cyclic"], *config["control"]):
+        for method in METHODS:
+            row = m["table"][f"{ROLES[name]}/{method}"]
+            assert row["mse"] > 0 and math.isfinite(row["mae"])
+    for tables in m["tables"].values():
         assert len(tables["phase"]) == len(tables["amplitude"]) == 168
-        assert all(a > 0 for a in tables["amplitude"])
-    for effect in claim.effects:
-        value = effect.fn(measurement)
-        assert isinstance(value, float) and math.isfinite(value), effect.name
-    assert claim.config("quick")["seeds"] >= 3
 
 
-def test_effects_have_the_claimed_sign_on_constructed_measurements():
-    claim = get_claim("pamod")
-    gain, control = (e.fn for e in claim.effects)
+def test_calendar_revin_modulates_only_the_mean_by_time_step():
+    norm = CalendarRevIN(2, periods=(24, 168))
+    x = torch.randn(3, 96, 2)
+    index = torch.tensor([0, 5, 100])
+    z, _ = norm.normalize(x, index=index)
+    with torch.no_grad():
+        norm.coef.normal_()
+    z2, _ = norm.normalize(x, index=index)
+    assert not torch.allclose(z, z2)
+    a, phi = norm.modulation(torch.arange(24)[None])
+    assert torch.equal(a, torch.ones_like(a)) and phi.shape == (1, 24, 2)
 
-    def measurement(cyclic_pamod, control_pamod):
-        return {
-            "per_config": {
-                "c": {"group": "cyclic", "revin": {"mse": 1.0}, "pamod": {"mse": cyclic_pamod}},
-                "n": {"group": "control", "revin": {"mse": 1.0}, "pamod": {"mse": control_pamod}},
-            }
-        }
 
-    assert gain(measurement(0.8, 1.0)) > 0 > gain(measurement(1.1, 1.0))
-    assert control(measurement(0.8, 1.0 + CONTROL_MARGIN / 2)) > 0
-    assert control(measurement(0.8, 1.0 + 2 * CONTROL_MARGIN)) < 0
+def _table(pamod, revin, control):
+    rows = {}
+    for role in ("demand", "prices", "synthetic"):
+        rows[f"{role}/pamod"] = {"mse": pamod}
+        rows[f"{role}/revin"] = {"mse": revin}
+        rows[f"{role}/revin-calendar"] = {"mse": revin}
+    rows["control/pamod"] = {"mse": control}
+    rows["control/revin"] = {"mse": 1.0}
+    return {"table": rows}
+
+
+def test_effects_take_both_signs_on_constructed_tables():
+    good, bad = _table(0.8, 1.0, 0.99), _table(1.2, 1.0, 1.2)
+    for effect in CLAIM.effects:
+        assert effect.fn(good) < 0 < effect.fn(bad), effect.name

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import math
-
 import numpy as np
 import pytest
 import torch
 
-from normlab.claims import get_claim
+from normlab.claims.catalogue.quadnorm import CLAIM
 from normlab.data.darcy import (
     darcy_dataset,
     gaussian_random_field,
@@ -116,23 +113,30 @@ def test_only_the_uniform_norm_makes_the_operator_resolution_dependent_at_first_
     assert gaps["trapezoid"] < gaps["uniform"] / 3
 
 
-def test_smoke_run_table_and_effects():
-    torch.set_num_threads(1)
-    claim = get_claim("quadnorm")
-    measurement = claim.run(claim.config("smoke"), 0)
-    json.dumps(measurement)
-    table = measurement["table"]
-    methods = set(claim.config("smoke")["methods"])
-    assert {"moments-uniform", "moments-trapezoid", "moments-simpson"} | methods <= set(table)
-    for name, row in table.items():
-        assert set(row) <= set(claim.metrics), name
-        assert all(isinstance(v, float) and math.isfinite(v) for v in row.values()), row
-    for method in methods:
-        assert {"rel_err_train_res", "rel_err_finest", "growth"} <= set(table[method])
-    # part (a) holds already at smoke size: it is deterministic numerical analysis
-    assert 1.7 < table["moments-trapezoid"]["slope"] < 2.3
-    assert 0.7 < table["moments-uniform"]["slope"] < 1.3
-    for effect in claim.effects:
-        value = effect.fn(measurement)
-        assert isinstance(value, float) and math.isfinite(value), effect.name
-    assert claim.config("quick")["seeds"] >= 3
+def test_smoke_run_has_every_norm_and_resolution(smoke_measurement):
+    m = smoke_measurement("quadnorm")
+    config = CLAIM.config("smoke")
+    for method in config["methods"]:
+        row = m["table"][method]
+        assert all(row[f"rel_err_{r}"] > 0 for r in config["test_res"]), method
+    for rule in ("uniform", "trapezoid", "simpson"):
+        assert len(m["curves"]["moments"][rule]["mismatch"]) == len(config["moment_sizes"])
+
+
+def _table(quad, others):
+    rows = {
+        "quadnorm": {"rel_err_33": quad[0], "rel_err_65": quad[1], "growth": quad[1] / quad[0] - 1}
+    }
+    for name in ("instancenorm", "layernorm", "blendquadnorm"):
+        rows[name] = {
+            "rel_err_33": others[0],
+            "rel_err_65": others[1],
+            "growth": others[1] / others[0] - 1,
+        }
+    return {"table": rows}
+
+
+def test_effects_take_both_signs_on_constructed_tables():
+    good, bad = _table((0.05, 0.06), (0.08, 0.12)), _table((0.1, 0.2), (0.08, 0.1))
+    for effect in CLAIM.effects:
+        assert effect.fn(good) < 0 < effect.fn(bad), effect.name

@@ -1,4 +1,4 @@
-"""The runner: caching, resumption, failures, parallel backends."""
+"""The claims runner: v2 tasks (seeds + checks), caching, cache keys, corruption, orphans."""
 
 from __future__ import annotations
 
@@ -7,102 +7,249 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
+import normlab._sources as sources
 import normlab.claims.runner as runner_module
-from normlab.claims import get_claim
-from normlab.claims.core import VERDICTS
-from normlab.claims.runner import Runner
+from normlab.claims.runner import ClaimRunner, task_key
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src" / "normlab"
 
 
-def test_run_caches_and_resumes(tmp_path, monkeypatch):
-    claim = get_claim("affine-rank")
-    (result,) = Runner(tmp_path, jobs=1).run([claim], "smoke")
-    assert result.verdict in VERDICTS and result.verdict != "error"
-    files = list((tmp_path / "tasks").glob("affine-rank.smoke.seed0.*.json"))
-    assert len(files) == 1 and json.loads(files[0].read_text())["status"] == "ok"
+def _same(a, b) -> bool:
+    return json.dumps(a) == json.dumps(b)  # NaN != NaN, but their JSON texts are equal
+
+
+def test_seed_tasks_and_one_checks_task_are_cached(tmp_path, planted, monkeypatch):
+    claim = planted["planted-ok"]
+    (result,) = ClaimRunner(tmp_path, jobs=1).run([claim], "quick")
+    assert result.label == "supported", result.verdict.reason
+    assert [t.seed for t in result.tasks] == [0, 1, 2]
+    assert result.checks is not None and result.checks.status == "ok"
+    assert [c.status for c in result.verdict.checks] == ["verified"]
+    assert len(list((tmp_path / "tasks").glob("planted-ok.quick.seed*.json"))) == 3
+    assert len(list((tmp_path / "tasks").glob("planted-ok.quick.checks.*.json"))) == 1
+    assert not any(t.cached for t in result.all_tasks)
 
     def no_work(*args, **kwargs):
         raise AssertionError("a cached task was recomputed")
 
     monkeypatch.setattr(runner_module, "run_task", no_work)
-    (again,) = Runner(tmp_path, jobs=1).run([claim], "smoke")
-    assert again.tasks == result.tasks
+    (again,) = ClaimRunner(tmp_path, jobs=1).run([claim], "quick")
+    assert all(t.cached for t in again.all_tasks)
+    assert _same([t.measurement for t in again.tasks], [t.measurement for t in result.tasks])
+    assert again.verdict == result.verdict
     with pytest.raises(AssertionError, match="recomputed"):
-        Runner(tmp_path, jobs=1, force=True).run([claim], "smoke")
+        ClaimRunner(tmp_path, jobs=1, force=True).run([claim], "quick")
 
 
-def test_failing_task_is_recorded_and_retried(tmp_path, failing_claim):
-    (result,) = Runner(tmp_path, jobs=1).run([failing_claim], "quick")
-    assert result.verdict == "error"
+def test_failed_check_is_error_not_contradicted(tmp_path, planted):
+    (result,) = ClaimRunner(tmp_path, jobs=1).run([planted["planted-check-fails"]], "quick")
+    assert result.label == "error" and "broken" in result.verdict.reason
+
+
+def test_failing_task_is_recorded_and_retried(tmp_path, planted):
+    claim = planted["planted-fails"]
+    (result,) = ClaimRunner(tmp_path, jobs=1).run([claim], "quick")
+    assert result.label == "error"
     assert all(t.status == "error" for t in result.tasks)
     assert "planted failure in seed 2" in result.tasks[2].error
-    runner = Runner(tmp_path, jobs=1)
-    assert runner.cached(failing_claim, "quick", 0) is None  # failures are not finished work
+    assert ClaimRunner(tmp_path, jobs=1).cached(claim, "quick", 0) is None
 
 
 def test_unwritable_output_fails_before_any_work(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     with pytest.raises(PermissionError, match="Choose another folder"):
-        Runner(blocker / "report")
+        ClaimRunner(blocker / "report")
+    with pytest.raises(ValueError, match="positive"):
+        ClaimRunner(tmp_path, jobs=0)
+
+
+@pytest.mark.parametrize("text", ["", '{"claim_id": "planted-ok", "sca', "[1, 2]", '{"x": 1}'])
+def test_corrupt_task_file_is_a_miss_with_a_warning(tmp_path, planted, text):
+    claim = planted["planted-ok"]
+    ClaimRunner(tmp_path, jobs=1).run([claim], "quick")
+    (path,) = (tmp_path / "tasks").glob("planted-ok.quick.seed1.*.json")
+    path.write_text(text)
+    runner = ClaimRunner(tmp_path, jobs=1)
+    with pytest.warns(RuntimeWarning, match=str(path.name)):
+        (result,) = runner.run([claim], "quick")
+    assert result.label == "supported"
+    assert json.loads(path.read_text())["status"] == "ok"  # recomputed and rewritten
+    assert [t.cached for t in result.tasks] == [True, False, True]
+
+
+def _edited(monkeypatch, relative: str) -> None:
+    """Simulate an edit of one source file under src/normlab (a trailing comment)."""
+    target = (SRC / relative).resolve()
+    real = sources.read_source
+
+    def read(path):
+        data = real(path)
+        return data + b"\n# edited\n" if Path(path).resolve() == target else data
+
+    monkeypatch.setattr(sources, "read_source", read)
+
+
+@pytest.mark.parametrize(
+    "relative",
+    ["claims/common.py", "claims/core.py", "probes/rank.py", "_checks.py"],
+)
+def test_task_key_changes_when_any_imported_module_changes(planted, monkeypatch, relative):
+    claim = planted["planted-ok"]
+    before = {s: task_key(claim, "quick", s) for s in (0, None)}
+    _edited(monkeypatch, relative)
+    after = {s: task_key(claim, "quick", s) for s in (0, None)}
+    assert all(before[s] != after[s] for s in before), relative
+
+
+def test_task_key_ignores_unrelated_modules_and_hashes_the_claim_module(planted, monkeypatch):
+    claim = planted["planted-ok"]
+    before = task_key(claim, "quick", 0)
+    _edited(monkeypatch, "series/fan.py")  # nothing the planted claim imports
+    assert task_key(claim, "quick", 0) == before
+    closure = sources.source_closure(runner_module.claim_modules(claim))
+    assert "tests.claims._planted" in closure  # a claim outside normlab is hashed itself
+    assert {"normlab.claims.common", "normlab.probes.rank"} <= set(closure)
+
+
+def test_closure_follows_function_level_and_relative_imports(tmp_path):
+    closure = sources.source_closure(["normlab.models.lm"])
+    assert {"normlab.models.gpt", "normlab.data.corpus", "normlab.quant.model"} <= set(closure)
+    assert "normlab.claims.core" not in closure
+
+
+@pytest.mark.parametrize("relative", ["models/lm.py", "models/gpt.py", "layers/norms.py"])
+def test_trained_model_key_follows_the_trainer_and_model_code(monkeypatch, relative):
+    from normlab.models import lm
+    from normlab.models.gpt import GPTConfig
+
+    assert not hasattr(lm, "TRAIN_VERSION")
+    config = GPTConfig(d_model=16, n_layers=1, n_heads=2, context=16)
+    before = lm.lm_cache_key(config, lm.LMTrainConfig(steps=2), 0)
+    _edited(monkeypatch, relative)
+    assert lm.lm_cache_key(config, lm.LMTrainConfig(steps=2), 0) != before
+
+
+def test_corrupt_trained_model_is_retrained(tmp_path, monkeypatch):
+    import torch
+
+    from normlab.models import lm
+    from normlab.models.gpt import GPTConfig
+
+    torch.set_num_threads(1)
+    monkeypatch.setenv("NORMLAB_CACHE", str(tmp_path))
+    config = GPTConfig(d_model=16, n_layers=1, n_heads=2, context=16)
+    train = lm.LMTrainConfig(steps=3, batch=2, warmup=1, eval_batches=1)
+    model, log = lm.train_lm(config, train, seed=0)
+    (weights,) = (tmp_path / "lm").glob("*.safetensors")
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
+    with pytest.warns(RuntimeWarning, match="corrupt"):
+        again, log2 = lm.train_lm(config, train, seed=0)
+    assert log2["key"] == log["key"]
+    for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True):
+        assert torch.equal(a, b)  # retrained deterministically
+    lm.train_lm(config, train, seed=0)  # and cached again without a warning
 
 
 @pytest.mark.slow
-def test_process_pool_matches_in_process(tmp_path):
-    claim = get_claim("affine-rank")
-    (serial,) = Runner(tmp_path / "a", jobs=1).run([claim], "quick")
-    (pooled,) = Runner(tmp_path / "b", jobs=2).run([claim], "quick")
-    assert [t.measurement for t in serial.tasks] == [t.measurement for t in pooled.tasks]
+def test_process_pool_matches_in_process(tmp_path, planted):
+    claim = planted["planted-ok"]
+    (serial,) = ClaimRunner(tmp_path / "a", jobs=1).run([claim], "quick")
+    (pooled,) = ClaimRunner(tmp_path / "b", jobs=2).run([claim], "quick")
+    assert _same([t.measurement for t in serial.tasks], [t.measurement for t in pooled.tasks])
     assert serial.verdict == pooled.verdict
 
 
 @pytest.mark.slow
-def test_ray_backend(tmp_path):
+def test_ray_backend(tmp_path, planted):
     pytest.importorskip("ray")
-    claim = get_claim("affine-rank")
-    (result,) = Runner(tmp_path, jobs=2, backend="ray").run([claim], "quick")
-    (local,) = Runner(tmp_path / "local", jobs=1).run([claim], "quick")
-    assert [t.measurement for t in result.tasks] == [t.measurement for t in local.tasks]
+    claim = planted["planted-ok"]
+    (result,) = ClaimRunner(tmp_path, jobs=2, backend="ray").run([claim], "quick")
+    assert result.label == "supported"
+
+
+_SCRIPT = """
+import sys
+sys.path.insert(0, {root!r})
+from tests.claims import _planted
+from normlab.claims import core
+core._CATALOGUE.loaded = True  # the planted claims only
+for claim in _planted.ALL:
+    core.register_claim(claim)
+if __name__ == "__main__":
+    from normlab.cli import main
+    sys.exit(main(["report", "--scale", "quick", "--jobs", "2", "--no-progress",
+                   "--out", {out!r}, "--only", "planted-slow"]))
+"""
+
+
+def _children(pid: int) -> set[int]:
+    """Every live descendant of ``pid``, from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        kids = {c for c, pp in parents.items() if pp == p}
+        todo.extend(kids - found)
+        found |= kids
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if state[state.rfind(")") + 2] != "Z":
+            alive.add(pid)
+    return alive
 
 
 @pytest.mark.slow
-def test_sigkill_resumes_without_recomputing(tmp_path):
-    out = tmp_path / "report"
-    cmd = [
-        sys.executable,
-        "-m",
-        "normlab.cli",
-        "report",
-        "--scale",
-        "smoke",
-        "--jobs",
-        "1",
-        "--no-progress",
-        "--out",
-        str(out),
-        "--only",
-        "affine-rank",
-        "dyt-regime",
-    ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_report_leaves_no_orphans(tmp_path, sig):
+    script = tmp_path / "report.py"
+    script.write_text(textwrap.dedent(_SCRIPT.format(root=str(ROOT), out=str(tmp_path / "r"))))
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    env = {**os.environ, "PLANTED_SLOW_SECONDS": "120", "PLANTED_SLOW_MARKERS": str(markers)}
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
-    first: list[Path] = []
-    while time.time() < deadline and not first:
-        first = list((out / "tasks").glob("affine-rank.*.json"))
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert first, "the first task never finished"
-    stamp = first[0].stat().st_mtime_ns
-    assert not (out / "index.html").exists()
-
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert first[0].stat().st_mtime_ns == stamp  # the finished task was not recomputed
-    results = json.loads((out / "results.json").read_text())
-    assert [c["id"] for c in results["claims"]] == ["affine-rank", "dyt-regime"]
+    while time.time() < deadline and len(list(markers.iterdir())) < 2:  # both tasks running
+        time.sleep(0.2)
+    children = _children(proc.pid)  # 2 workers + the resource tracker
+    assert len(list(markers.iterdir())) == 2 and len(children) >= 2, "the pool never started"
+    proc.send_signal(sig)
+    proc.wait(timeout=30)
+    deadline = time.time() + 10
+    while time.time() < deadline and _alive(children):
+        time.sleep(0.1)
+    left = _alive(children)
+    for pid in left:  # do not leave them behind even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"orphaned processes {left} outlived the report"

@@ -1,4 +1,4 @@
-"""Every registered claim runs end to end at smoke scale, its checks pass, its effects are finite."""
+"""Every registered claim runs end to end at smoke scale; its checks pass; effects are finite."""
 
 from __future__ import annotations
 

@@ -1,19 +1,37 @@
-"""The swap-kl claim runs at smoke scale; its matrices and orders are well formed."""
+"""The swap-kl claim: matrices and orders, the placebo orders, the primary's sign."""
 
 from __future__ import annotations
 
-import torch
+import random
 
 from normlab.claims import get_claim
+from normlab.claims.catalogue.swap_kl import random_order
+
+CLAIM = get_claim("swap-kl")
 
 
-def test_smoke_run():
-    torch.set_num_threads(1)
-    claim = get_claim("swap-kl")
-    m = claim.run(claim.config("smoke"), 0)
-    n = claim.config("smoke")["n_layers"]
+def test_smoke_run(smoke_measurement):
+    m = smoke_measurement("swap-kl")
+    n = CLAIM.config("smoke")["n_layers"]
     assert len(m["swap"]["replacement"]) == n
     for order in (m["swap"]["order_replacement"], m["swap"]["order_interchange"]):
         assert all(abs(a - b) > 1 for a in order for b in order if a != b)
     assert -1 <= m["table"]["protocols"]["spearman"] <= 1
-    assert m["curves"]["interchange"]["kl"][0] == 0.0
+    assert m["curves"]["interchange"]["loss"][0] == m["curves"]["replacement"]["loss"][0]
+    assert len(m["curves"]["random"]) == CLAIM.config("smoke")["random_orders"]
+    assert CLAIM.config("quick")["seeds"] >= 5
+
+
+def test_random_orders_are_non_adjacent():
+    rng = random.Random(0)
+    for _ in range(50):
+        order = random_order(8, 3, rng)
+        assert len(set(order)) == 3 and all(abs(a - b) > 1 for a in order for b in order if a != b)
+
+
+def test_primary_sign():
+    def m(inter: float) -> dict:
+        return {"table": {"interchange": {"removal_cost": inter},
+                          "replacement": {"removal_cost": 0.2}}}  # fmt: skip
+
+    assert CLAIM.primary.fn(m(0.1)) < 0 < CLAIM.primary.fn(m(0.3))

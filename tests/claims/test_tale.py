@@ -1,18 +1,48 @@
-"""The tale claim runs at smoke scale; pruning never worsens the validation-selected score."""
+"""The tale claim: its smoke run, its control arms and the signs of its effects."""
 
 from __future__ import annotations
 
-import torch
+import math
 
-from normlab.claims import get_claim
+from normlab.claims.catalogue.tale import CLAIM
 
 
-def test_smoke_run():
-    torch.set_num_threads(1)
-    claim = get_claim("tale")
-    m = claim.run(claim.config("smoke"), 0)
+def test_smoke_run_has_tale_and_random_arms(smoke_measurement):
+    m = smoke_measurement("tale")
+    depth, remove = CLAIM.config("smoke")["depth"], CLAIM.config("smoke")["remove"]
+    for arm in ("tale-id", "tale-ood", "random-id", "random-ood"):
+        row = m["table"][arm]
+        assert row["test_mse"] > 0 and math.isfinite(row["log10_gain"]), arm
     for dist in ("id", "ood"):
-        tale = m["curves"][dist]["tale"]
-        assert tale["best_score"] >= tale["baseline"]  # the best on the path includes the start
-        assert m["table"][f"tale-{dist}"]["layers_kept"] == len(tale["best_kept"])
-    assert m["table"]["tale-id"]["distortion"] == 0.0  # ID against itself
+        path = m["curves"][dist]["tale"]
+        assert len(path["steps"]) == remove and len(path["steps"][-1]["kept"]) == depth - remove
+        assert len(m["curves"][dist]["profile"]["norms"]) == depth + 1
+    # the full model's ID-vs-ID gap is zero only when both come from the same inputs
+    assert m["table"]["tale-ood"]["profile_gap"] > 0
+
+
+def _table(ood_gain, id_gain, random_gain, realign):
+    def row(gain, gap_after):
+        return {
+            "log10_gain": gain,
+            "profile_gap": 0.5,
+            "profile_gap_pruned": gap_after,
+            "test_mse": 1.0,
+            "test_mse_pruned": 10**-gain,
+        }
+
+    return {
+        "table": {
+            "tale-ood": row(ood_gain, 0.5 - realign),
+            "tale-id": row(id_gain, 0.5),
+            "random-ood": row(random_gain, 0.5),
+            "random-id": row(0.0, 0.5),
+        }
+    }
+
+
+def test_effects_take_both_signs_on_constructed_tables():
+    good, bad = _table(0.3, -0.2, 0.0, 0.2), _table(-0.3, 0.2, 0.1, -0.2)
+    for effect in CLAIM.effects:
+        assert effect.fn(good) * effect.fn(bad) < 0, effect.name
+    assert CLAIM.primary.fn(good) > CLAIM.primary.margin.value

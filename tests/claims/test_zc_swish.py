@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import math
-
 import pytest
 import torch
 
-from normlab.claims import get_claim
-from normlab.claims.catalogue.zc_swish import layer_mean_profile, mean_drift
+from normlab.claims.catalogue.zc_swish import (
+    CLAIM,
+    METHODS,
+    LearnedBetaSwish,
+    layer_mean_profile,
+    mean_drift,
+)
 from normlab.data.images import load_digits_tensors
 from normlab.layers import ZCSwish
 from normlab.models.conv import plain_cnn
@@ -46,18 +48,40 @@ def test_mean_drift_is_the_average_relative_mean():
     assert net.training  # the probe restores the mode
 
 
-def test_smoke_run_table_and_effects():
-    torch.set_num_threads(1)
-    claim = get_claim("zc-swish")
-    measurement = claim.run(claim.config("smoke"), 0)
-    json.dumps(measurement)
-    table = measurement["table"]
-    depth = max(claim.config("smoke")["depths"])
-    for act in ("relu", "swish", "zc-swish"):
-        for name in (act, f"{act}-d{depth}"):
-            assert set(table[name]) == set(claim.metrics), name
-            assert all(isinstance(v, float) and math.isfinite(v) for v in table[name].values())
-    for effect in claim.effects:
-        value = effect.fn(measurement)
-        assert isinstance(value, float) and math.isfinite(value), effect.name
-    assert claim.config("quick")["seeds"] >= 3 and claim.config("full")["depths"] == [8, 16, 32]
+def test_smoke_run_has_every_activation_and_depth(smoke_measurement):
+    m = smoke_measurement("zc-swish")
+    for depth in CLAIM.config("smoke")["depths"]:
+        for act in METHODS:
+            row = m["table"][f"{act}-d{depth}"]
+            assert 0 <= row["test_acc"] <= 1 and row["mean_drift"] >= 0
+    assert CLAIM.config("quick")["depths"][-1] == 32 and CLAIM.config("quick")["seeds"] >= 5
+
+
+def test_learned_beta_swish_is_silu_at_beta_one_and_learns_beta():
+    act = LearnedBetaSwish(3)
+    x = torch.randn(2, 3, 4, 4)
+    torch.testing.assert_close(act(x), torch.nn.functional.silu(x))
+    act(x).sum().backward()
+    assert act.beta.grad is not None and act.beta.grad.shape == (3,)
+
+
+def _table(zc, swish, swish_beta, relu, drift_zc=0.1, drift_sb=0.3):
+    depths = [4, 8]
+    rows = {}
+    for d in depths:
+        for act, acc in (
+            ("zc-swish", zc),
+            ("swish", swish),
+            ("swish-beta", swish_beta),
+            ("relu", relu),
+        ):
+            drift = drift_zc if act == "zc-swish" else drift_sb
+            rows[f"{act}-d{d}"] = {"test_acc": acc if d == 8 else 0.9, "mean_drift": drift}
+    return {"table": rows, "depths": depths}
+
+
+def test_effects_take_both_signs_on_constructed_tables():
+    good, bad = _table(0.8, 0.1, 0.3, 0.4), _table(0.2, 0.5, 0.6, 0.7, 0.5, 0.1)
+    for effect in CLAIM.effects:
+        assert effect.fn(good) > 0 > effect.fn(bad), effect.name
+    assert CLAIM.primary.fn(good) == pytest.approx(0.4)

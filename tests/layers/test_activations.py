@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from scipy.integrate import quad
 
 import normlab
 from normlab import functional as NF
@@ -15,6 +14,8 @@ from normlab.layers import ZCSwish
 
 
 def _reference_mean(beta: float) -> float:
+    quad = pytest.importorskip("scipy.integrate").quad
+
     def integrand(z: float) -> float:
         return z / (1 + math.exp(-beta * z)) * math.exp(-z * z / 2) / math.sqrt(2 * math.pi)
 
@@ -100,7 +101,7 @@ def test_fixed_beta_is_a_buffer_and_state_dict_round_trips():
 def test_half_precision_and_not_registered_as_norm():
     y = ZCSwish(3)(torch.randn(2, 3, 4).to(torch.bfloat16))
     assert y.dtype == torch.bfloat16
-    assert "zcswish" not in {m.name.replace("-", "") for m in normlab.methods()}
+    assert "zc-swish" not in {m.name for m in normlab.methods(kind="norm")}
 
 
 def test_clear_errors():
@@ -114,3 +115,11 @@ def test_clear_errors():
         NF.zc_swish(torch.randn(2, 3), torch.ones(4))
     with pytest.raises(TypeError, match="floating-point"):
         ZCSwish(2)(torch.ones(1, 2, dtype=torch.int64))
+
+
+def test_zc_swish_is_a_registered_activation():
+    method = normlab.get("zc-swish")
+    assert method.kind == "activation" and method.layout == "channels_first"
+    assert [m.name for m in normlab.methods(kind="activation")] == ["zc-swish"]
+    layer = normlab.create("zc_swish", 3, beta_init=2.0)
+    assert isinstance(layer, ZCSwish) and layer.beta.tolist() == [2.0, 2.0, 2.0]

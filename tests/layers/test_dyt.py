@@ -44,3 +44,19 @@ def test_reset_parameters_restores_init():
         dyt.weight.fill_(9.0)
     dyt.reset_parameters()
     assert dyt.alpha.item() == pytest.approx(0.3) and torch.equal(dyt.weight, torch.ones(3))
+
+
+def test_dyt_builds_on_the_affine_norms_parameter_handling():
+    from normlab.layers.norms import _AffineNorm
+
+    layer = DyT((2, 3), alpha_init=1.5, bias=False)
+    assert isinstance(layer, _AffineNorm) and layer.bias is None
+    assert layer.weight.shape == (2, 3) and layer.alpha.item() == 1.5
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.alpha.zero_()
+    layer.reset_parameters()
+    assert torch.equal(layer.weight, torch.ones(2, 3)) and layer.alpha.item() == 1.5
+    assert DyT(4, elementwise_affine=False).weight is None
+    with pytest.raises(ValueError, match="normalized_shape"):
+        DyT(0)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import normlab
 from normlab import functional as NF
-from normlab.layers import BlendQuadNorm, QuadNorm
+from normlab.layers import QuadNorm
 
 
 def _grid(n: int) -> torch.Tensor:
@@ -151,7 +151,7 @@ def test_blend_endpoints_and_linearity():
     torch.testing.assert_close(QuadNorm(4, alpha=1.0, dtype=torch.float64)(x), quad(x))
     layer_uniform = QuadNorm(4, rule="uniform", alpha=0.0, dtype=torch.float64)
     torch.testing.assert_close(layer_uniform(x), F.group_norm(x, 1), rtol=0, atol=1e-12)
-    blend = BlendQuadNorm(4, dtype=torch.float64)
+    blend = normlab.create("blendquadnorm", 4, dtype=torch.float64)
     assert blend.alpha == 0.3
     layer = NF.blend_quad_norm(x, alpha=0.0)
     torch.testing.assert_close(blend(x), 0.3 * quad(x) + 0.7 * layer, rtol=0, atol=1e-12)

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from normlab.models.gpt import GPTConfig, TinyGPT
-from normlab.models.lm import TrainConfig, evaluate_bpb, load_snapshot, train_lm
+from normlab.models.lm import LMTrainConfig, evaluate_bpb, load_snapshot, train_lm
 
 TINY = GPTConfig(d_model=16, n_layers=2, n_heads=2, context=16)
-SHORT = TrainConfig(steps=6, batch=2, warmup=2, eval_batches=1, snapshots=(3,))
+SHORT = LMTrainConfig(steps=6, batch=2, warmup=2, eval_batches=1, snapshots=(3,))
 
 
 @pytest.mark.parametrize(
@@ -82,7 +82,7 @@ def test_evaluation_is_deterministic_and_restores_mode():
 
 
 def test_learning_rate_schedule():
-    tc = TrainConfig(steps=100, warmup=10, lr=1.0, min_lr_ratio=0.1)
+    tc = LMTrainConfig(steps=100, warmup=10, lr=1.0, min_lr_ratio=0.1)
     assert tc.lr_at(0) == pytest.approx(0.1) and tc.lr_at(9) == pytest.approx(1.0)
     assert tc.lr_at(99) == pytest.approx(0.1, abs=1e-3)
     assert all(tc.lr_at(s) >= tc.lr_at(s + 1) for s in range(10, 99))

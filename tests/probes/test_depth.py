@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from normlab.models.gpt import GPTConfig, TinyGPT
-from normlab.probes import DepthProfile, adapt, depth_profile, ln_scaling
+from normlab.probes import DepthProfile, adapt, depth_profile
 
 
 def _model() -> TinyGPT:
@@ -59,12 +59,3 @@ def test_probe_leaves_the_model_unchanged():
 def test_variance_growth_is_the_log_slope():
     profile = DepthProfile(tuple(2.0 * 3.0**i for i in range(5)), (), (), ())
     assert profile.variance_growth == pytest.approx(math.log(3.0))
-
-
-def test_ln_scaling_option():
-    config = ln_scaling(GPTConfig(d_model=16, n_layers=2, n_heads=2))
-    assert config.ln_scaling
-    model = TinyGPT(config)
-    assert model.blocks[1].norm_scale == pytest.approx(1 / math.sqrt(2))
-    with pytest.raises(TypeError):
-        ln_scaling({"ln_scaling": False})

@@ -18,6 +18,7 @@ def tinygpt(residual: str = "pre") -> TinyGPT:
 
 
 def gpt2(lm_head: bool = True) -> nn.Module:
+    pytest.importorskip("transformers")
     from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model
 
     torch.manual_seed(0)
@@ -29,6 +30,7 @@ def gpt2(lm_head: bool = True) -> nn.Module:
 
 
 def bert() -> nn.Module:
+    pytest.importorskip("transformers")
     from transformers import BertConfig, BertForMaskedLM
 
     torch.manual_seed(0)
@@ -40,6 +42,7 @@ def bert() -> nn.Module:
 
 
 def llama() -> nn.Module:
+    pytest.importorskip("transformers")
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -186,6 +189,7 @@ def test_base_models_without_head():
 
 
 def test_sdpa_attention_is_a_clear_error():
+    pytest.importorskip("transformers")
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=VOCAB, n_positions=32)

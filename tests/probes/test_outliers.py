@@ -45,7 +45,7 @@ def test_report_matches_direct_computation_and_model_is_unchanged():
     x = tokens()
     state = {k: v.clone() for k, v in model.state_dict().items()}
     model.train()
-    report = outlier_stats(model, [x[:2], x[2:]])
+    report = outlier_stats(model, [x[:2], x[2:]], sites="residual")
     assert model.training and all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
     states, _ = model.eval().trunk(x)
     by_hand = [(inf_norm(h).mean().item(), kurtosis(h).mean().item()) for h in states[1:]]
@@ -56,7 +56,7 @@ def test_report_matches_direct_computation_and_model_is_unchanged():
     assert report.avg_kurtosis == pytest.approx(sum(k for _, k in by_hand) / 2)
     assert report.sequences == 3 and report.massive == ()
     d = report.to_dict()
-    assert set(d) == {"max_inf_norm", "avg_kurtosis", "sites", "massive", "sequences"}
+    assert {"max_inf_norm", "avg_kurtosis", "sites", "massive", "largest", "by_kind"} <= set(d)
     norms = outlier_stats(model, x, sites="norm_inputs")
     assert len(norms.sites) == 5  # two per block and the final norm
 
@@ -64,10 +64,10 @@ def test_report_matches_direct_computation_and_model_is_unchanged():
 def test_planted_massive_activation_is_detected():
     model = small_model()
     x = tokens()
-    before = outlier_stats(model, x)
+    before = outlier_stats(model, x, sites="residual")
     with torch.no_grad():  # a bias that writes 500 into channel 3 of every token
         model.blocks[0].mlp.down.bias[3] = 500.0
-    after = outlier_stats(model, x)
+    after = outlier_stats(model, x, sites="residual")
     assert after.massive and {m.channel for m in after.massive} == {3}
     assert after.massive[0].name == "residual.1" and abs(after.massive[0].value) > 400
     assert after.max_inf_norm > 100 * before.max_inf_norm / 10

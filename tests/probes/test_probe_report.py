@@ -7,9 +7,14 @@ import json
 import pytest
 import torch
 
+from normlab.cli import main
 from normlab.models.checkpoint import save_model
 from normlab.models.gpt import GPTConfig, TinyGPT
-from normlab.probes.report import probe_command, probe_model
+from normlab.probes.report import probe_model
+
+
+def probe_command(argv):
+    return main(["probe", "--no-progress", *argv])
 
 
 def test_probe_tinygpt_checkpoint(tmp_path, capsys):
@@ -20,7 +25,8 @@ def test_probe_tinygpt_checkpoint(tmp_path, capsys):
     )
     results = json.loads((tmp_path / "r" / "results.json").read_text())
     assert set(results["probes"]) == {"outliers", "sinks", "depth", "rank", "swap"}
-    assert len(results["probes"]["outliers"]["sites"]) == 3
+    sites = results["probes"]["outliers"]["sites"]
+    assert len([s for s in sites if s["kind"] == "block_output"]) == 3
     assert len(results["probes"]["depth"]["variance"]) == 4
     assert len(results["probes"]["swap"]["interchange"]) == 3
     html = (tmp_path / "r" / "index.html").read_text()

@@ -42,7 +42,7 @@ def test_sink_score_on_a_model_and_model_unchanged():
     assert report.sink_score == pytest.approx(float((alpha > 0.3).double().mean()))
     mass = torch.stack([p[..., 0].mean() for p in probs]).mean().item()
     assert report.first_token_mass == pytest.approx(mass, rel=1e-5)
-    assert set(report.to_dict()) == {"sink_score", "first_token_mass", "alpha", "threshold", "key"}
+    assert {"sink_score", "first_token_mass", "alpha", "threshold", "key"} <= set(report.to_dict())
 
 
 def test_a_planted_sink_head_is_counted():

@@ -12,7 +12,7 @@ from normlab.data.series import cyclic_series, split_windows
 from normlab.models.forecast import BACKBONES, build_backbone
 from normlab.models.forecast_train import (
     Forecaster,
-    TrainConfig,
+    ForecastTrainConfig,
     build_norm,
     evaluate,
     fit_and_test,
@@ -20,7 +20,7 @@ from normlab.models.forecast_train import (
 )
 
 L, H = 48, 24
-TINY = TrainConfig(
+TINY = ForecastTrainConfig(
     epochs=2, batch=16, lr=3e-3, batches_per_epoch=5, val_windows=32, pretrain_epochs=1
 )
 

@@ -16,7 +16,6 @@ from normlab.layers.norms import RMSNorm
 from normlab.models.checkpoint import load_model, save_model
 from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.surgery import analyze_fold, fold_layernorms
-from normlab.surgery.fold_cli import fold_command
 
 
 @torch.no_grad()
@@ -257,6 +256,11 @@ def test_checkpoint_round_trip_of_a_folded_model(tmp_path):
 
 
 def test_fold_command(tmp_path, capsys):
+    from normlab.cli import main
+
+    def fold_command(argv):
+        return main(["fold", *argv])
+
     torch.manual_seed(0)
     save_model(TinyGPT(GPTConfig(d_model=16, n_layers=2, n_heads=2, context=32)), tmp_path / "in")
     assert fold_command([str(tmp_path / "in"), str(tmp_path / "out")]) == 0

@@ -76,3 +76,17 @@ def test_hugging_face_llama_rms_norm_is_recognised():
     replaced = replace_norms(model, "dyt")
     assert {r.old for r in replaced} == {"LlamaRMSNorm"}
     assert len(replaced) == 3
+
+
+def test_refuses_a_norm_whose_layout_does_not_fit_the_site():
+    model = Toy()
+    for name in ("quadnorm", "blendquadnorm"):
+        with pytest.raises(ValueError, match=r"channels_first norm.*features_last norm: "):
+            replace_norms(model, name)
+    assert isinstance(model.ln_1, torch.nn.LayerNorm)  # nothing was changed
+    replace_norms(model, "dyt")  # a features-last norm is fine
+
+
+def test_target_norm_is_required():
+    with pytest.raises(TypeError):
+        replace_norms(Toy())  # type: ignore[call-arg]

@@ -32,6 +32,10 @@ extra "null slot" in the depth softmax. A null slot only takes mass from every s
 alike, shrinking ``h_l`` toward 0, and the sublayer's pre-norm undoes that shrinkage; the
 centred penalty redistributes mass away from the sink-dominated sources specifically and is
 unchanged when all layers' null mass rises together.
+
+:class:`DepthBlock` is a pre-norm transformer block whose two sublayers read such mixes
+instead of the residual sum; with ``null_coupling`` (OASIS) it also emits the layer's null
+signal from its attention. Its norms, attention and MLP are passed in.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from torch import nn
 from normlab import functional as NF
 from normlab.functional._precision import upcast
 
-__all__ = ["AttnResidual", "null_signal"]
+__all__ = ["AttnResidual", "DepthBlock", "null_signal"]
 
 #: Upper bound on the null-coupling strength ``beta`` (OASIS's public code).
 BETA_MAX = 10.0
@@ -146,3 +150,60 @@ class AttnResidual(nn.Module):
     def extra_repr(self) -> str:
         extra = f", null_coupling=True, beta_init={self.beta_init}" if self.null_coupling else ""
         return f"{self.dim}{extra}"
+
+
+class DepthBlock(nn.Module):
+    """A pre-norm block whose sublayers read :class:`AttnResidual` mixes over depth.
+
+    ``forward(values, nulls)`` appends the attention and MLP outputs to ``values`` (and the
+    layer's null signal, twice, to ``nulls``) and returns the attention sublayer's input
+    state, the analogue of the residual stream entering the block.
+
+    Args:
+        dim: model width.
+        norm1: norm before attention.
+        attn: the attention, ``attn(h, return_probs=...)`` returning the output (and the
+            probabilities ``(batch, heads, queries, keys)`` when asked).
+        norm2: norm before the MLP.
+        mlp: the MLP.
+        null_coupling: OASIS's null signal in the depth routing.
+        beta_init: initial raw coupling of both routers (see :class:`AttnResidual`).
+        norm_scale: factor on both norms' outputs (LayerNorm Scaling).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        norm1: nn.Module,
+        attn: nn.Module,
+        norm2: nn.Module,
+        mlp: nn.Module,
+        null_coupling: bool = False,
+        beta_init: float = -5.0,
+        norm_scale: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.norm1, self.attn, self.norm2, self.mlp = norm1, attn, norm2, mlp
+        self.route_attn = AttnResidual(dim, null_coupling=null_coupling, beta_init=beta_init)
+        self.route_mlp = AttnResidual(dim, null_coupling=null_coupling, beta_init=beta_init)
+        self.null_coupling, self.norm_scale = null_coupling, norm_scale
+
+    def forward(
+        self,
+        values: list[torch.Tensor],
+        nulls: list[torch.Tensor],
+        *,
+        return_probs: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        h = self.route_attn(values, nulls)
+        need = return_probs or self.null_coupling
+        out = self.attn(self.norm1(h) * self.norm_scale, return_probs=need)
+        a, probs = out if need else (out, None)
+        psi = null_signal(probs) if self.null_coupling else torch.zeros_like(h[..., 0])
+        values.append(a)
+        nulls.append(psi)
+        m = self.mlp(self.norm2(self.route_mlp(values, nulls)) * self.norm_scale)
+        values.append(m)
+        nulls.append(psi)
+        return h, probs if return_probs else None

@@ -1,7 +1,8 @@
 """Score normalizers as modules: one class, the normalizing function is its argument.
 
 Registered here: softmax, softmax1, clipped softmax, the entropic kappa- and Abe-softmax,
-sparsemax and (when the optional ``entmax`` package is installed) 1.5-entmax.
+the guaranteed-normalization approximate softmax, sparsemax and 1.5-entmax (always
+registered; using it needs the optional ``entmax`` package, extra ``normlab[sparse]``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import torch
 from torch import nn
 
 from normlab import functional as NF
+from normlab import kernels as K
 from normlab._registry import Method, get, register
-from normlab.functional.sparse import entmax_available
 from normlab.papers import paper
 
 __all__ = ["ScoreNorm", "score_norm"]
@@ -76,7 +77,7 @@ def _register(name: str, fn: ScoreFn, paper_key: str, summary: str, **kw: Any) -
 _register("softmax", NF.softmax, "softmax", "exp(x_i) / sum_j exp(x_j)")
 _register(
     "softmax1",
-    NF.softmax1,
+    K.softmax1,
     "softmax1",
     "exp(x_i) / (1 + sum_j exp(x_j)); leaves null mass for 'attend to nothing'",
     aliases=("softmax_one", "off_by_one"),
@@ -103,16 +104,23 @@ _register(
     aliases=("abe",),
 )
 _register(
+    "approx-softmax",
+    NF.approx_softmax,
+    "guaranteed-approx",
+    "softmax with 2^q (1 + f) exponent and table reciprocal; residual to argmax, sum p = 1",
+)
+_register(
     "sparsemax",
     NF.sparsemax,
     "sparsemax",
     "Euclidean projection onto the simplex: max(x - tau, 0), exact zeros",
 )
-if entmax_available():  # optional extra "sparse"; without it the method is not offered
-    _register(
-        "entmax15",
-        NF.entmax15,
-        "entmax",
-        "1.5-entmax: [(x/2 - tau)_+]^2, sparse and smoother than sparsemax (entmax package)",
-        aliases=("entmax",),
-    )
+# Registered whether or not the optional ``entmax`` package is installed, so the registry
+# is the same everywhere; calling it without the package raises with the install hint.
+_register(
+    "entmax15",
+    NF.entmax15,
+    "entmax",
+    "1.5-entmax: [(x/2 - tau)_+]^2, sparse and smoother than sparsemax (entmax package)",
+    aliases=("entmax",),
+)

@@ -2,9 +2,11 @@
 
 The engine lives here (:mod:`~normlab.claims.core`, runner, report); the claims themselves
 live in :mod:`normlab.claims.catalogue`, one module each, and register themselves when
-imported. :func:`all_claims` imports them all.
+imported. :func:`all_claims` imports them all. :func:`run` is the main job as a function:
+it runs claims and writes the report, returning a :class:`Report`.
 """
 
+from normlab.claims.api import Report, run
 from normlab.claims.core import (
     DIRECTIONS,
     SCALES,
@@ -34,9 +36,11 @@ __all__ = [
     "EffectVerdict",
     "Margin",
     "Precondition",
+    "Report",
     "all_claims",
     "get_claim",
     "judge_claim",
     "register_claim",
+    "run",
     "verdict",
 ]

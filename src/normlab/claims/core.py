@@ -306,7 +306,7 @@ def verdict(values: Sequence[float], direction: str, margin: float) -> tuple[str
         return "inconclusive", "a seed gave a non-finite value"
     if len(vals) < 2:
         return "inconclusive", f"{len(vals)} seed(s): a t-interval needs at least 2"
-    mean, _, lo, hi = interval(vals)
+    _, _, lo, hi = interval(vals)
     span = f"95% interval [{lo:.3g}, {hi:.3g}]"
     m = float(margin)
     if direction == "greater":
@@ -492,7 +492,13 @@ def judge_claim(
         value = statistics.fmean(vals) if vals else math.nan
         pres.append(
             PreconditionVerdict(
-                p.name, p.description, p.op, p.threshold, p.source, value, p.holds(value),
+                p.name,
+                p.description,
+                p.op,
+                p.threshold,
+                p.source,
+                value,
+                p.holds(value),
                 p.gates or tuple(e.name for e in claim.effects),
             )
         )
@@ -502,10 +508,16 @@ def judge_claim(
         ev = judge_effect(effect, measurements, role)
         if effect.name in untestable:
             failed = [p for p in pres if not p.held and effect.name in p.gates]
-            why = "; ".join(f"{p.description} {p.value:.3g}, needs {p.op} {p.threshold:g}"
-                            for p in failed)
-            ev = EffectVerdict(**{**ev.__dict__, "verdict": "untestable",
-                                  "reason": f"untestable at this scale: {why}"})
+            why = "; ".join(
+                f"{p.description} {p.value:.3g}, needs {p.op} {p.threshold:g}" for p in failed
+            )
+            ev = EffectVerdict(
+                **{
+                    **ev.__dict__,
+                    "verdict": "untestable",
+                    "reason": f"untestable at this scale: {why}",
+                }
+            )
         effects.append(ev)
     failed_checks = [c.name for c in checks if c.status == "failed"]
     primary = effects[0]

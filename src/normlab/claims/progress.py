@@ -6,7 +6,14 @@ from collections.abc import Sequence
 from types import TracebackType
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from normlab.claims.core import Claim
@@ -18,12 +25,18 @@ _STYLE = {
     "supported": "green",
     "contradicted": "red",
     "inconclusive": "yellow",
+    "untestable": "magenta",
     "error": "bright_black",
 }
 
 
+def _tasks(claim: Claim, scale: str) -> int:
+    return len(claim.seeds(scale)) + (1 if claim.checks else 0)
+
+
 class ClaimProgress:
-    """A progress bar per claim (seeds done of seeds to run) plus one for the whole run.
+    """A bar per claim (tasks done of tasks to run) plus one for the whole run, with the
+    elapsed time and an estimate of the time left; cached tasks are counted as "cached".
 
     Use as a context manager and pass :meth:`update` as the runner's ``on_result``.
     """
@@ -38,25 +51,36 @@ class ClaimProgress:
             MofNCompleteColumn(),
             TextColumn("{task.fields[status]}"),
             TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
             console=console,
             disable=not enabled,
         )
-        total = sum(len(c.seeds(scale)) for c in claims)
+        total = sum(_tasks(c, scale) for c in claims)
         self.overall = self.progress.add_task(f"all ({scale})", total=total, status="")
         self.rows = {
-            c.id: self.progress.add_task(c.id, total=len(c.seeds(scale)), status="")
-            for c in claims
+            c.id: self.progress.add_task(c.id, total=_tasks(c, scale), status="") for c in claims
         }
         self.errors: dict[str, int] = dict.fromkeys(self.rows, 0)
+        self.cached: dict[str, int] = dict.fromkeys(self.rows, 0)
 
     def update(self, result: TaskResult) -> None:
-        """Count one finished task."""
+        """Count one finished (or cached) task."""
+        claim_id = result.claim_id
         if result.status != "ok":
-            self.errors[result.claim] += 1
-        errors = self.errors[result.claim]
-        status = f"[red]{errors} error(s)[/red]" if errors else "[green]ok[/green]"
-        self.progress.update(self.rows[result.claim], advance=1, status=status)
-        self.progress.update(self.overall, advance=1)
+            self.errors[claim_id] += 1
+        if result.cached:
+            self.cached[claim_id] += 1
+        parts = []
+        if self.errors[claim_id]:
+            parts.append(f"[red]{self.errors[claim_id]} error(s)[/red]")
+        if self.cached[claim_id]:
+            parts.append(f"[cyan]{self.cached[claim_id]} cached[/cyan]")
+        status = ", ".join(parts) or "[green]ok[/green]"
+        self.progress.update(self.rows[claim_id], advance=1, status=status)
+        total_cached = sum(self.cached.values())
+        overall = f"[cyan]{total_cached} cached[/cyan]" if total_cached else ""
+        self.progress.update(self.overall, advance=1, status=overall)
 
     def __enter__(self) -> ClaimProgress:
         self.progress.start()
@@ -72,15 +96,26 @@ class ClaimProgress:
 
 
 def summary_table(results: Sequence[ClaimResult]) -> Table:
-    """A table of claim, verdict, key number and wall time."""
-    from normlab.claims.report import key_number
+    """A table of claim, verdict, primary effect with its interval, paper's number, time."""
+    from normlab.claims.report import claim_record, key_number
+    from normlab.claims.schema import decode
 
     table = Table(
-        "claim", "verdict", "key number vs baseline", "wall time", title="normlab report"
+        "claim",
+        "verdict",
+        "primary effect [95% interval]",
+        "paper's number",
+        "wall time",
+        title="normlab report",
     )
     for r in results:
-        style = _STYLE.get(r.verdict, "")
+        style = _STYLE.get(r.label, "")
+        record = decode(claim_record(r))
         table.add_row(
-            r.claim.id, f"[{style}]{r.verdict}[/{style}]", key_number(r), f"{r.seconds:.1f} s"
+            r.claim.id,
+            f"[{style}]{r.label}[/{style}]",
+            key_number(record),
+            r.claim.headline,
+            f"{r.seconds:.1f} s",
         )
     return table

@@ -1,128 +1,222 @@
-"""Run claims as (claim, scale, seed) tasks, caching each finished task on disk.
+"""Run claims as tasks, caching each finished task on disk.
 
-Every finished task is written atomically to ``OUT/tasks/`` under a key that hashes the
-claim's id, scale, seed, config, version and the source of the claim's module, so a run
-killed at any moment (SIGKILL included) resumes without recomputing finished work, and a
-changed claim is recomputed. A task that raises is recorded with its traceback, the run
-goes on, and the failed task is tried again on the next run.
+A claim at a scale is one task per seed (``claim.run(config, seed)``) plus, when it has
+implementation checks, one *checks* task that runs every :class:`~normlab.claims.core.Check`
+once. Every finished task is written atomically to ``OUT/tasks/`` under a key that hashes
+the claim's id, scale, seed, config and version and the source of every normlab module the
+claim's module imports, directly or not (:mod:`normlab._sources`): a run killed at any
+moment resumes without recomputing finished work, and a change anywhere in the code a claim
+depends on recomputes it. A task that raises is recorded with its traceback, the run goes
+on, and the failed task is tried again next time. A cached file that cannot be read is a
+cache miss, with a warning naming the file.
+
+Worker processes exit when the process that started them dies (SIGKILL included), and
+SIGTERM of the parent terminates its workers before it exits.
 """
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
+import math
 import os
-import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from normlab._io import atomic_write_json, content_hash
-from normlab.claims.core import Claim, EffectVerdict, combine, get_claim, judge
+from normlab._sources import closure_hash
+from normlab.claims import _workers
+from normlab.claims.core import CheckOutcome, Claim, ClaimVerdict, get_claim, judge_claim
 
-__all__ = ["ClaimResult", "Runner", "TaskResult", "run_task", "task_key"]
+__all__ = ["CHECKS", "ClaimResult", "ClaimRunner", "TaskResult", "run_task", "task_key"]
+
+#: The ``seed`` of a claim's checks task (it has no seed: it runs once per scale).
+CHECKS = None
 
 
 @dataclass(frozen=True)
 class TaskResult:
-    """The outcome of one (claim, scale, seed) task.
+    """The outcome of one task: a (claim, scale, seed) run, or a claim's checks at a scale.
 
     Attributes:
-        claim: the claim id.
+        claim_id: the claim's id.
         scale: the scale it ran at.
-        seed: the seed.
+        seed: the seed, or None for the checks task.
         key: the cache key.
         status: "ok" or "error".
-        measurement: the claim's measurement when ok.
+        measurement: the claim's measurement (a seed task) or ``{check name: {"passed",
+            "value", "detail"}}`` (the checks task) when ok.
         error: the traceback when it failed.
         seconds: wall time of the task.
+        cached: whether this result was read from the cache rather than computed now.
     """
 
-    claim: str
+    claim_id: str
     scale: str
-    seed: int
+    seed: int | None
     key: str
     status: str
     measurement: dict[str, Any] | None
     error: str | None
     seconds: float
+    cached: bool = False
+
+    @property
+    def is_checks(self) -> bool:
+        return self.seed is None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("cached")
+        return out
 
 
 @dataclass(frozen=True)
 class ClaimResult:
-    """A claim's tasks at one scale and the verdict computed from them."""
+    """A claim's tasks at one scale and the verdict the rule computed from them.
+
+    Attributes:
+        claim: the claim.
+        scale: the scale.
+        tasks: the seed tasks, by seed.
+        checks: the checks task, or None when the claim has no checks.
+        verdict: :func:`~normlab.claims.core.judge_claim`'s record.
+    """
 
     claim: Claim
     scale: str
     tasks: tuple[TaskResult, ...]
-    effects: tuple[EffectVerdict, ...]
-    verdict: str
+    checks: TaskResult | None
+    verdict: ClaimVerdict
+
+    @property
+    def label(self) -> str:
+        """The claim's verdict label ("supported", ..., "error")."""
+        return self.verdict.verdict
 
     @property
     def measurements(self) -> list[dict[str, Any]]:
         return [t.measurement for t in self.tasks if t.status == "ok" and t.measurement]
 
     @property
+    def all_tasks(self) -> tuple[TaskResult, ...]:
+        return self.tasks + ((self.checks,) if self.checks is not None else ())
+
+    @property
     def seconds(self) -> float:
-        return sum(t.seconds for t in self.tasks)
+        return sum(t.seconds for t in self.all_tasks)
 
     @classmethod
     def from_tasks(cls, claim: Claim, scale: str, tasks: Iterable[TaskResult]) -> ClaimResult:
-        """Judge every effect over the successful seeds; any failed seed makes it "error"."""
-        tasks = tuple(sorted(tasks, key=lambda t: t.seed))
-        ok = [t.measurement for t in tasks if t.status == "ok" and t.measurement is not None]
-        if len(ok) < len(tasks) or not ok:
-            return cls(claim, scale, tasks, (), "error")
-        effects = tuple(judge(effect, ok) for effect in claim.effects)
-        return cls(claim, scale, tasks, effects, combine([e.verdict for e in effects]))
+        """Judge the claim from its finished tasks (a failed task makes it "error")."""
+        tasks = list(tasks)
+        seeds = tuple(sorted((t for t in tasks if not t.is_checks), key=lambda t: t.seed or 0))
+        checks = next((t for t in tasks if t.is_checks), None)
+        outcomes: dict[str, CheckOutcome] = {}
+        if checks is not None and checks.status == "ok" and checks.measurement:
+            outcomes = {
+                name: CheckOutcome(bool(o["passed"]), _float(o["value"]), str(o["detail"]))
+                for name, o in checks.measurement.items()
+            }
+        ok = [t.measurement for t in seeds if t.status == "ok" and t.measurement is not None]
+        failed = sum(t.status != "ok" for t in tasks)
+        verdict = judge_claim(claim, ok, outcomes, failed_tasks=failed)
+        return cls(claim, scale, seeds, checks, verdict)
 
 
-def _code_version(claim: Claim) -> str:
-    module = sys.modules.get(claim.run.__module__)
-    source = inspect.getsource(module) if module is not None else ""
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
+def _float(value: Any) -> float:
+    return math.nan if value is None else float(value)
 
 
-def task_key(claim: Claim, scale: str, seed: int) -> str:
-    """The cache key of a task: changes when the claim's config, version or code changes."""
+def claim_modules(claim: Claim) -> list[str]:
+    """The modules that define a claim's functions (its run, effects, checks, figure)."""
+    fns = [claim.run, claim.figure, *(e.fn for e in claim.effects)]
+    fns += [c.fn for c in claim.checks] + [p.fn for p in claim.preconditions]
+    return sorted({f.__module__ for f in fns if f is not None and hasattr(f, "__module__")})
+
+
+def task_key(claim: Claim, scale: str, seed: int | None, *, code: str | None = None) -> str:
+    """The cache key of a task: changes when the claim's config or version changes, or the
+    source of any normlab module it imports (directly or not) changes.
+
+    Args:
+        claim: the claim.
+        scale: the scale.
+        seed: the seed, or None for the checks task.
+        code: the claim's :func:`~normlab._sources.closure_hash` when already computed.
+    """
     return content_hash(
         {
             "claim": claim.id,
             "scale": scale,
-            "seed": seed,
+            "seed": "checks" if seed is None else seed,
             "config": claim.config(scale),
             "version": claim.version,
-            "code": _code_version(claim),
+            "code": code or closure_hash(claim_modules(claim)),
         }
     )
 
 
-def run_task(claim_id: str, scale: str, seed: int, threads: int = 1) -> dict[str, Any]:
+def _find_claim(claim_id: str, module: str | None) -> Claim:
+    """The claim ``claim_id``: from ``module``'s globals when given (so claims defined
+    outside the catalogue run in workers too), else from the catalogue."""
+    if module is not None:
+        import importlib
+
+        namespace = vars(importlib.import_module(module))
+        for value in namespace.values():
+            if isinstance(value, Claim) and value.id == claim_id:
+                return value
+    return get_claim(claim_id)
+
+
+def _run_checks(claim: Claim, config: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for check in claim.checks:
+        outcome = check.fn(config)
+        value = float(outcome.value)
+        out[check.name] = {
+            "passed": bool(outcome.passed),
+            "value": value if math.isfinite(value) else None,
+            "detail": str(outcome.detail),
+        }
+    return out
+
+
+def run_task(
+    claim_id: str,
+    scale: str,
+    seed: int | None,
+    threads: int = 1,
+    module: str | None = None,
+    key: str | None = None,
+) -> dict[str, Any]:
     """Run one task and return its :class:`TaskResult` as a dict; never raises.
 
-    This is the function a worker process (or Ray) executes.
+    This is the function a worker process (or Ray) executes. ``seed=None`` runs the claim's
+    checks.
     """
     import torch
 
     torch.set_num_threads(max(1, threads))
-    claim = get_claim(claim_id)
-    key = task_key(claim, scale, seed)
     start = time.perf_counter()
     try:
-        measurement = claim.run(claim.config(scale), seed)
+        claim = _find_claim(claim_id, module)
+        key = key or task_key(claim, scale, seed)
+        config = claim.config(scale)
+        measurement = _run_checks(claim, config) if seed is None else claim.run(config, seed)
         json.dumps(measurement)  # a claim must return JSON-serialisable numbers
         status, error = "ok", None
     except Exception:
         measurement, status, error = None, "error", traceback.format_exc()
     seconds = time.perf_counter() - start
-    return TaskResult(claim_id, scale, seed, key, status, measurement, error, seconds).to_dict()
+    return TaskResult(
+        claim_id, scale, seed, key or "", status, measurement, error, seconds
+    ).to_dict()
 
 
 def _writable(out: Path) -> None:
@@ -138,16 +232,28 @@ def _writable(out: Path) -> None:
         ) from None
 
 
-class Runner:
+@dataclass(frozen=True)
+class _Task:
+    claim: Claim
+    scale: str
+    seed: int | None
+    key: str
+
+    def args(self) -> tuple[str, str, int | None]:
+        return self.claim.id, self.scale, self.seed
+
+
+class ClaimRunner:
     """Runs claims' tasks locally (a process pool) or on Ray, with a resumable cache.
 
     Args:
         out: report folder; finished tasks are cached in ``out/tasks``.
-        jobs: parallel tasks; 1 runs in this process.
+        jobs: parallel tasks; 1 runs in this process; None uses every core.
         backend: "local" or "ray".
         address: Ray cluster address (None starts a local Ray).
         force: recompute tasks even when cached.
-        on_result: called with each finished :class:`TaskResult` (progress display).
+        on_result: called with each finished :class:`TaskResult` (progress display),
+            cached ones included (``result.cached``).
 
     Raises:
         PermissionError: when ``out`` cannot be written, before any work starts.
@@ -165,86 +271,116 @@ class Runner:
     ) -> None:
         if backend not in ("local", "ray"):
             raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}.")
+        if jobs is not None and jobs < 1:
+            raise ValueError(f"jobs must be a positive number of parallel tasks, got {jobs}.")
         self.out = Path(out)
         _writable(self.out)
         self.tasks_dir = self.out / "tasks"
-        self.jobs = max(1, jobs or os.cpu_count() or 1)
+        self.jobs = jobs or os.cpu_count() or 1
         self.backend, self.address, self.force = backend, address, force
         self.on_result = on_result
+        self._code: dict[str, str] = {}
 
-    def _path(self, claim_id: str, scale: str, seed: int, key: str) -> Path:
-        return self.tasks_dir / f"{claim_id}.{scale}.seed{seed}.{key}.json"
+    def key(self, claim: Claim, scale: str, seed: int | None) -> str:
+        """:func:`task_key`, with each claim's source closure hashed once per runner."""
+        if claim.id not in self._code:
+            self._code[claim.id] = closure_hash(claim_modules(claim))
+        return task_key(claim, scale, seed, code=self._code[claim.id])
 
-    def cached(self, claim: Claim, scale: str, seed: int) -> TaskResult | None:
-        """The finished result of a task, if a successful one is cached."""
-        path = self._path(claim.id, scale, seed, task_key(claim, scale, seed))
+    def path(self, claim_id: str, scale: str, seed: int | None, key: str) -> Path:
+        """Where a task's result is cached."""
+        which = "checks" if seed is None else f"seed{seed}"
+        return self.tasks_dir / f"{claim_id}.{scale}.{which}.{key}.json"
+
+    def tasks(self, claim: Claim, scale: str) -> list[tuple[int | None, str]]:
+        """``(seed, key)`` of every task of ``claim`` at ``scale`` (None: the checks)."""
+        seeds: list[int | None] = list(claim.seeds(scale))
+        if claim.checks:
+            seeds.append(CHECKS)
+        return [(s, self.key(claim, scale, s)) for s in seeds]
+
+    def cached(self, claim: Claim, scale: str, seed: int | None) -> TaskResult | None:
+        """The finished result of a task if a successful one is cached, else None.
+
+        A cached file that cannot be read is a miss, with a warning naming it.
+        """
+        path = self.path(claim.id, scale, seed, self.key(claim, scale, seed))
         if self.force or not path.exists():
             return None
-        data = json.loads(path.read_text())
-        return TaskResult(**data) if data.get("status") == "ok" else None
+        try:
+            data = json.loads(path.read_text())
+            result = TaskResult(**data, cached=True)
+        except (OSError, ValueError, TypeError) as err:
+            warnings.warn(
+                f"normlab: ignoring the unreadable cached task {path} "
+                f"({type(err).__name__}: {err}); it will be recomputed.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+        return result if result.status == "ok" else None
 
     def _record(self, data: dict[str, Any]) -> TaskResult:
         result = TaskResult(**data)
-        atomic_write_json(self._path(result.claim, result.scale, result.seed, result.key), data)
+        path = self.path(result.claim_id, result.scale, result.seed, result.key)
+        atomic_write_json(path, result.to_dict())
         if self.on_result is not None:
             self.on_result(result)
         return result
 
     def run(self, claims: Sequence[Claim], scale: str) -> list[ClaimResult]:
-        """Run every seed of every claim at ``scale`` and return the judged results."""
-        done: dict[tuple[str, int], TaskResult] = {}
-        todo: list[tuple[str, str, int]] = []
+        """Run every task of every claim at ``scale`` and return the judged results."""
+        done: dict[tuple[str, int | None], TaskResult] = {}
+        todo: list[_Task] = []
         for claim in claims:
-            for seed in claim.seeds(scale):
+            for seed, key in self.tasks(claim, scale):
                 hit = self.cached(claim, scale, seed)
                 if hit is None:
-                    todo.append((claim.id, scale, seed))
+                    todo.append(_Task(claim, scale, seed, key))
                 else:
                     done[(claim.id, seed)] = hit
                     if self.on_result is not None:
                         self.on_result(hit)
         for data in self._execute(todo):
             result = self._record(data)
-            done[(result.claim, result.seed)] = result
+            done[(result.claim_id, result.seed)] = result
         return [
-            ClaimResult.from_tasks(c, scale, [done[(c.id, s)] for s in c.seeds(scale)])
+            ClaimResult.from_tasks(c, scale, [done[(c.id, s)] for s, _ in self.tasks(c, scale)])
             for c in claims
         ]
 
     def _threads(self) -> int:
         return max(1, (os.cpu_count() or 1) // self.jobs)
 
-    def _execute(self, todo: list[tuple[str, str, int]]) -> Iterable[dict[str, Any]]:
+    def _kwargs(self, task: _Task) -> dict[str, Any]:
+        module = task.claim.run.__module__
+        return {"threads": self._threads(), "module": module, "key": task.key}
+
+    def _execute(self, todo: list[_Task]) -> Iterator[dict[str, Any]]:
         if not todo:
             return
         if self.backend == "ray":
             yield from self._execute_ray(todo)
         elif self.jobs == 1 or len(todo) == 1:
             for task in todo:
-                yield run_task(*task, threads=self._threads())
+                yield run_task(*task.args(), **self._kwargs(task))
         else:
             yield from self._execute_pool(todo)
 
-    def _execute_pool(self, todo: list[tuple[str, str, int]]) -> Iterable[dict[str, Any]]:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+    def _execute_pool(self, todo: list[_Task]) -> Iterator[dict[str, Any]]:
+        from concurrent.futures import as_completed
 
-        context = multiprocessing.get_context("spawn")
-        workers = min(self.jobs, len(todo))
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            futures = {pool.submit(run_task, *t, threads=self._threads()): t for t in todo}
+        with _workers.guarded_pool(min(self.jobs, len(todo))) as pool:
+            futures = {pool.submit(run_task, *t.args(), **self._kwargs(t)): t for t in todo}
             for future in as_completed(futures):
-                claim_id, scale, seed = futures[future]
+                task = futures[future]
                 try:
                     yield future.result()
                 except Exception:  # the worker itself died (e.g. out of memory)
-                    key = task_key(get_claim(claim_id), scale, seed)
                     error = traceback.format_exc()
-                    yield TaskResult(
-                        claim_id, scale, seed, key, "error", None, error, 0.0
-                    ).to_dict()
+                    yield TaskResult(*task.args(), task.key, "error", None, error, 0.0).to_dict()
 
-    def _execute_ray(self, todo: list[tuple[str, str, int]]) -> Iterable[dict[str, Any]]:
+    def _execute_ray(self, todo: list[_Task]) -> Iterator[dict[str, Any]]:
         try:
             import ray
         except ImportError:
@@ -254,7 +390,7 @@ class Runner:
             ray.init(address=self.address, num_cpus=None if self.address else self.jobs)
         try:
             remote = ray.remote(num_cpus=1)(run_task)
-            pending = [remote.remote(*t, threads=1) for t in todo]
+            pending = [remote.remote(*t.args(), **{**self._kwargs(t), "threads": 1}) for t in todo]
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1)
                 yield ray.get(ready[0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import io
 from typing import NamedTuple
 
 import numpy as np
@@ -32,8 +33,7 @@ class ImageSplit(NamedTuple):
         return int(max(self.train_y.max(), self.test_y.max())) + 1
 
 
-@functools.lru_cache(maxsize=1)
-def _digits() -> tuple[np.ndarray, np.ndarray]:
+def _digits_from_sklearn() -> tuple[np.ndarray, np.ndarray]:
     try:
         from sklearn.datasets import load_digits
     except ImportError as err:  # pragma: no cover - depends on the environment
@@ -41,9 +41,35 @@ def _digits() -> tuple[np.ndarray, np.ndarray]:
             "load_digits_tensors needs scikit-learn: pip install 'normlab[claims]'."
         ) from err
     data = load_digits()
-    images = np.asarray(data.images, dtype=np.float32) / 16.0
+    return np.asarray(data.images, dtype=np.float32) / 16.0, np.asarray(data.target, np.int64)
+
+
+@functools.lru_cache(maxsize=1)
+def _digits() -> tuple[np.ndarray, np.ndarray]:
+    """The digits arrays, read from a small .npz under the cache folder once written.
+
+    Importing scikit-learn costs about a second of CPU per process; the cached copy (about
+    0.1 MB compressed) is read in milliseconds. A torn or stale file is rebuilt.
+    """
+    from normlab._io import atomic_write_bytes, cache_dir
+
+    path = cache_dir() / "data" / "sklearn_digits_v1.npz"
+    images = labels = None
+    if path.is_file():
+        try:
+            with np.load(path) as z:
+                images, labels = z["images"], z["labels"]
+        except (OSError, ValueError, KeyError):
+            images = labels = None
+    if images is None or labels is None or images.shape != (1797, 8, 8):
+        images, labels = _digits_from_sklearn()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, images=images, labels=labels)
+        atomic_write_bytes(path, buffer.getvalue())
+    images = np.asarray(images, dtype=np.float32)
+    labels = np.asarray(labels, dtype=np.int64)
     images.setflags(write=False)
-    labels = np.asarray(data.target, dtype=np.int64)
     labels.setflags(write=False)
     return images, labels
 

@@ -93,7 +93,12 @@ def _argmax_onehot(e: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def _approx_softmax(
-    xf: torch.Tensor, dim: int, newton_steps: int | None, table_bits: int, bits: int | None
+    xf: torch.Tensor,
+    dim: int,
+    newton_steps: int | None,
+    table_bits: int,
+    bits: int | None,
+    guarantee: bool = True,
 ) -> torch.Tensor:
     m = xf.amax(dim=dim, keepdim=True)
     m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)  # a row masked entirely
@@ -112,6 +117,8 @@ def _approx_softmax(
         p = e * approx_reciprocal(s, newton_steps=newton_steps, table_bits=table_bits)
     if bits is not None:
         p = torch.round(p * 2.0**bits) / 2.0**bits
+    if not guarantee:
+        return p
     # The guarantee: whatever the reciprocal and the rounding lost goes to the largest entry.
     return p + _argmax_onehot(e, dim) * (1.0 - p.sum(dim=dim, keepdim=True)) * valid
 
@@ -123,6 +130,7 @@ def approx_softmax(
     frac_bits: int | None = None,
     newton_steps: int | None = 1,
     table_bits: int = 5,
+    guarantee: bool = True,
 ) -> torch.Tensor:
     """Softmax from a base-2 shift-and-add exponential, with ``sum p = 1`` guaranteed.
 
@@ -153,16 +161,18 @@ def approx_softmax(
         frac_bits: fixed-point fractional bits of ``e`` and ``p``; None for floating point.
         newton_steps: Newton steps of the reciprocal; None for an exact division.
         table_bits: the reciprocal table has ``2^table_bits`` entries.
+        guarantee: add the residual ``1 - sum p`` to the largest entry; ``False`` gives the
+            same datapath without it (an unguaranteed control, ``sum p != 1``).
     """
     check_float(x)
     _check_table(table_bits, newton_steps)
     if frac_bits is not None and (not isinstance(frac_bits, int) or not 1 <= frac_bits <= 30):
         raise ValueError(f"frac_bits must be an int in [1, 30] or None, got {frac_bits!r}.")
     xf = upcast(x)
-    p = _approx_softmax(xf, dim, newton_steps, table_bits, None)
+    p = _approx_softmax(xf, dim, newton_steps, table_bits, None, guarantee)
     if frac_bits is not None:
         with torch.no_grad():
-            fixed = _approx_softmax(xf, dim, newton_steps, table_bits, frac_bits)
+            fixed = _approx_softmax(xf, dim, newton_steps, table_bits, frac_bits, guarantee)
         # Forward value exactly `fixed`; gradient of the smooth approximation.
         p = fixed + (p - p.detach())
     return p.to(x.dtype)

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from normlab._checks import check_float
+from normlab._checks import check_float, check_min_rank
 from normlab.functional._entropic_solver import (
     check_scores,
     entropic_softmax,
@@ -105,6 +105,7 @@ def kappa_softmax(
         tau: temperature: the scores are divided by ``tau > 0``.
     """
     check_float(x)
+    check_min_rank(x, 1, "(..., n) with the scores along dim")
     hint = "kappa-softmax needs 0 <= kappa < 1 (-kappa gives the same operator as kappa)"
     k = _real("kappa", kappa, 0.0, 1.0, hint)
     if k == 1.0:
@@ -218,6 +219,7 @@ def abe_softmax(x: torch.Tensor, dim: int = -1, q: float = 1.2, tau: float = 1.0
         tau: temperature: the scores are divided by ``tau > 0``.
     """
     check_float(x)
+    check_min_rank(x, 1, "(..., n) with the scores along dim")
     qv = _real("q", q, 0.5, 2.0, "the Abe softmax takes q in [1/2, 2] (q and 1/q coincide)")
     t = _real("tau", tau, 0.0, math.inf, "use a positive temperature")
     if t == 0.0:

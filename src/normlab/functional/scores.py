@@ -11,7 +11,12 @@ __all__ = ["clipped_softmax", "null_mass", "softmax", "softmax1"]
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """``exp(x_i) / sum_j exp(x_j)``, computed in float32 for half inputs."""
+    """``exp(x_i) / sum_j exp(x_j)``, computed in float32 for half inputs.
+
+    Exactly ``torch.softmax``: a row masked entirely with ``-inf`` gives NaN, as in torch
+    (the normalizers that leave mass for "nothing", softmax1, clipped softmax, sparsemax and
+    1.5-entmax, give zeros instead).
+    """
     check_float(x)
     return torch.softmax(upcast(x), dim=dim).to(x.dtype)
 
@@ -45,10 +50,18 @@ def clipped_softmax(
     Bondarenko et al. (2023): stretching the softmax range below 0 (``gamma < 0``) lets a
     head assign exact zeros without pushing logits to extremes, which removes the outliers
     heads create to "do nothing". Defaults are the BERT setting (``gamma = -0.025``,
-    ``zeta = 1``); OPT uses ``gamma = -12 / T``. Rows need not sum to 1.
+    ``zeta = 1``); OPT uses ``gamma = -12 / T``. Rows need not sum to 1. A row masked
+    entirely with ``-inf`` gives zeros (attend to nothing), like softmax1 and sparsemax,
+    where plain softmax gives NaN.
     """
     check_float(x)
     if not zeta > gamma:
         raise ValueError(f"clipped_softmax needs zeta > gamma, got zeta={zeta}, gamma={gamma}.")
-    p = torch.softmax(upcast(x), dim=dim)
-    return ((zeta - gamma) * p + gamma).clamp(0.0, 1.0).to(x.dtype)
+    xf = upcast(x)
+    if xf.numel() == 0:
+        return xf.clone().to(x.dtype)
+    dead = torch.isneginf(xf).all(dim=dim, keepdim=True)
+    # a finite stand-in for a dead row keeps NaN out of the forward and the backward pass
+    p = torch.softmax(xf.masked_fill(dead, 0.0), dim=dim)
+    out = ((zeta - gamma) * p + gamma).clamp(0.0, 1.0)
+    return out.masked_fill(dead, 0.0).to(x.dtype)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from typing import Any
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from normlab._checks import check_float
+from normlab._checks import check_float, check_min_rank
 from normlab.functional._precision import upcast
 
 __all__ = ["entmax15", "entmax_available", "sparsemax"]
@@ -66,6 +67,7 @@ def sparsemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     ``s * (v - mean_S(v))``. Half-precision inputs are computed in float32.
     """
     check_float(x)
+    check_min_rank(x, 1, "(..., n) with the scores along dim")
     _check_scores(x)
     s = upcast(x)
     if s.numel() == 0:
@@ -76,7 +78,10 @@ def sparsemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 def entmax_available() -> bool:
     """Whether the optional ``entmax`` package (extra ``normlab[sparse]``) is installed."""
-    return importlib.util.find_spec("entmax") is not None
+    try:
+        return importlib.util.find_spec("entmax") is not None
+    except ValueError:  # in sys.modules without a spec, e.g. blocked with None
+        return sys.modules.get("entmax") is not None
 
 
 def entmax15(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -91,6 +96,7 @@ def entmax15(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         ImportError: when ``entmax`` is not installed; ``pip install entmax``.
     """
     check_float(x)
+    check_min_rank(x, 1, "(..., n) with the scores along dim")
     try:
         from entmax import entmax15 as _entmax15
     except ImportError as err:

@@ -7,23 +7,29 @@ from normlab.layers.hypersphere import (
     HypersphereNorm,
     HypersphereResidual,
     LearnedScale,
+    NGPTBlock,
     NormalizedLinear,
     renormalize_weights_,
 )
 from normlab.layers.norms import LayerNorm, RMSNorm
-from normlab.layers.quadrature import BlendQuadNorm, QuadNorm
+from normlab.layers.quadrature import QuadNorm
+from normlab.layers.riemannian import HPDBatchNorm, SiegelBatchNorm
+from normlab.layers.scaling import AdaptiveScaling
 
 __all__ = [
+    "AdaptiveScaling",
     "ApproxLayerNorm",
-    "BlendQuadNorm",
     "DyT",
+    "HPDBatchNorm",
     "HypersphereNorm",
     "HypersphereResidual",
     "LayerNorm",
     "LearnedScale",
+    "NGPTBlock",
     "NormalizedLinear",
     "QuadNorm",
     "RMSNorm",
+    "SiegelBatchNorm",
     "ZCSwish",
     "llm_alpha_init",
     "renormalize_weights_",

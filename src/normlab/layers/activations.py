@@ -1,7 +1,7 @@
 """Zero-Centered Swish (ZC-Swish), an activation for networks without BatchNorm.
 
-ZC-Swish is an activation, not a normalizer of a tensor's statistics, so it is exported
-from :mod:`normlab.layers` but not registered as a "norm" method.
+ZC-Swish is an activation, not a normalizer of a tensor's statistics: it is registered as
+kind "activation" (``normlab.create("zc-swish", C)``), not "norm".
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import torch
 from torch import nn
 
 from normlab import functional as NF
+from normlab._registry import Method, register
+from normlab.papers import paper
 
 __all__ = ["ZCSwish"]
 
@@ -81,3 +83,16 @@ class ZCSwish(nn.Module):
             f"{self.num_channels}, beta_init={self.beta_init}, channel_dim={self.channel_dim}, "
             f"learnable={self.learnable}"
         )
+
+
+register(
+    Method(
+        "zc-swish",
+        "activation",
+        ZCSwish,
+        paper("zc-swish"),
+        "x sigmoid(beta_c x) - E_z[z sigmoid(beta_c z)]: Swish centred for N(0, 1) inputs",
+        aliases=("zcswish", "zero_centered_swish"),
+        layout="channels_first",
+    )
+)

@@ -1,16 +1,17 @@
-"""Guaranteed-normalization approximations: an approximate LayerNorm module and the
-registration of the approximate softmax as a score normalizer."""
+"""Guaranteed-normalization approximations: an approximate LayerNorm module.
+
+The approximate softmax of the same paper is a score normalizer, registered as
+"approx-softmax" in :mod:`normlab.attention.scores`.
+"""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import torch
 
 from normlab import functional as NF
 from normlab._registry import Method, register
-from normlab.attention.scores import ScoreNorm
 from normlab.layers.norms import _AffineNorm
 from normlab.papers import paper
 
@@ -106,15 +107,5 @@ register(
         paper("guaranteed-approx"),
         "LayerNorm with table + Newton rsqrt, rescaled so the output std is exactly LN's",
         aliases=("approx_ln",),
-    )
-)
-register(
-    Method(
-        "approx-softmax",
-        "score",
-        functools.partial(ScoreNorm, NF.approx_softmax),
-        paper("guaranteed-approx"),
-        "softmax with 2^q (1 + f) exponent and table reciprocal; residual to argmax, sum p = 1",
-        layout="scores",
     )
 )

@@ -9,15 +9,16 @@ import torch
 from torch import nn
 
 from normlab import functional as NF
+from normlab import kernels as K
 from normlab._checks import check_trailing_shape
 from normlab._registry import Method, register
-from normlab.layers.norms import as_shape
+from normlab.layers.norms import _AffineNorm
 from normlab.papers import paper
 
 __all__ = ["DyT", "llm_alpha_init"]
 
 
-class DyT(nn.Module):
+class DyT(_AffineNorm):
     """Dynamic Tanh: ``y = weight * tanh(alpha * x) + bias``.
 
     Zhu et al. (2025) replace every LayerNorm by this element-wise map; the regime study
@@ -42,33 +43,28 @@ class DyT(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__()
-        factory = {"device": device, "dtype": dtype}
-        self.normalized_shape = as_shape(normalized_shape)
         self.alpha_init = float(alpha_init)
-        self.elementwise_affine = elementwise_affine
-        self.alpha = nn.Parameter(torch.empty(1, **factory))
-        if elementwise_affine:
-            self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory))
-            self.bias = (
-                nn.Parameter(torch.empty(self.normalized_shape, **factory)) if bias else None
-            )
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        # weight and bias are the affine norms' own (shape checks, init, factory kwargs)
+        super().__init__(
+            normalized_shape,
+            elementwise_affine=elementwise_affine,
+            bias=bias,
+            device=device,
+            dtype=dtype,
+        )
+        self.alpha = nn.Parameter(torch.empty(1, device=device, dtype=dtype))
+        nn.init.constant_(self.alpha, self.alpha_init)
 
     def reset_parameters(self) -> None:
         """``alpha`` to ``alpha_init``, weight to ones, bias to zeros."""
-        nn.init.constant_(self.alpha, self.alpha_init)
-        if self.weight is not None:
-            nn.init.ones_(self.weight)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        super().reset_parameters()
+        alpha = getattr(self, "alpha", None)  # absent while the base class builds
+        if alpha is not None:
+            nn.init.constant_(alpha, self.alpha_init)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_trailing_shape(x, self.normalized_shape)
-        return NF.dyt(x, self.alpha, self.weight, self.bias)
+        return K.dyt(x, self.alpha, self.weight, self.bias)
 
     def saturation(self, x: torch.Tensor, threshold: float = 2.0) -> float:
         """Fraction of ``x``'s entries with ``|alpha * x| > threshold`` (no gradient)."""

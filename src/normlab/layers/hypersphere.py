@@ -2,7 +2,13 @@
 
 Loshchilov et al. (2024) keep every hidden state and every weight row on the unit sphere;
 the seed "nGPT Is Inherently Robust to NVFP4 Training" attributes nGPT's 4-bit robustness
-to this constraint. The pieces here build such a model.
+to this constraint. The pieces here build such a model, up to nGPT's block
+(:class:`NGPTBlock`): ``h <- norm(h + alpha_A (norm(Attn(h)) - h))``, then
+``h <- norm(h + alpha_M (norm(MLP(h)) - h))``, with the gated MLP :class:`NGPTMLP`
+``W_o (u * silu(v))``, ``u = s_u W_u h``, ``v = s_v sqrt(d) W_v h``, and every weight matrix
+unit-norm along the model dimension (renormalized after each step). The attention, with
+unit-norm queries/keys scaled by ``s_qk`` and a softmax scale ``sqrt(d_head)``, is passed in
+(:class:`normlab.attention.MultiheadAttention` with ``normalized=True, qk_norm="l2"``).
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from normlab import functional as NF
@@ -18,11 +25,14 @@ from normlab._registry import Method, register
 from normlab.papers import paper
 
 __all__ = [
+    "NGPTMLP",
     "HypersphereNorm",
     "HypersphereResidual",
     "LearnedScale",
+    "NGPTBlock",
     "NormalizedLinear",
     "renormalize_weights_",
+    "unit_rows_",
 ]
 
 
@@ -164,6 +174,64 @@ def renormalize_weights_(model: nn.Module) -> int:
     for layer in layers:
         layer.renormalize_()
     return len(layers)
+
+
+def unit_rows_(weight: torch.Tensor) -> None:
+    """Normalize the rows of an embedding table in place (nGPT's embedding constraint)."""
+    with torch.no_grad():
+        weight.copy_(NF.l2_normalize(weight, dim=-1))
+
+
+class NGPTMLP(nn.Module):
+    """nGPT's gated MLP ``W_o (u * silu(v))``, ``u = s_u W_u h``, ``v = s_v sqrt(d) W_v h``.
+
+    Args:
+        dim: model width.
+        hidden: width of ``u`` and ``v``.
+    """
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.dim = dim
+        self.up = NormalizedLinear(dim, 2 * hidden, norm_dim="in")
+        self.down = NormalizedLinear(hidden, dim, norm_dim="out")
+        self.s_uv = LearnedScale(2 * hidden, init=1.0, scale=1.0)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        uv = self.up(h) * self.s_uv()
+        u, v = uv.chunk(2, dim=-1)
+        return self.down(u * F.silu(v * math.sqrt(self.dim)))
+
+
+class NGPTBlock(nn.Module):
+    """One nGPT block on the unit sphere; ``forward(h) -> (h, probs)``.
+
+    ``h <- norm(h + alpha_A (norm(attn(h)) - h))``, ``h <- norm(h + alpha_M (norm(MLP(h)) - h))``
+    (Loshchilov et al., 2024; ``paper("ngpt-fp4")``).
+
+    Args:
+        dim: model width.
+        attn: the attention, a module ``attn(h, return_probs=...)`` returning the output (and
+            the probabilities when asked), e.g. :class:`normlab.attention.MultiheadAttention`
+            built with ``normalized=True, qk_norm="l2"``.
+        hidden: MLP width.
+    """
+
+    def __init__(self, dim: int, *, attn: nn.Module, hidden: int) -> None:
+        super().__init__()
+        self.attn = attn
+        self.mlp = NGPTMLP(dim, hidden)
+        self.res_attn = HypersphereResidual(dim)
+        self.res_mlp = HypersphereResidual(dim)
+
+    def forward(
+        self, h: torch.Tensor, *, return_probs: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        out = self.attn(h, return_probs=return_probs)
+        a, probs = out if return_probs else (out, None)
+        h = self.res_attn(h, a)
+        h = self.res_mlp(h, self.mlp(h))
+        return h, probs
 
 
 register(

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from normlab import functional as NF
+from normlab import kernels as K
 from normlab._registry import Method, register
 from normlab.papers import paper
 
@@ -97,7 +98,7 @@ class LayerNorm(_AffineNorm):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return NF.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return K.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
 class RMSNorm(_AffineNorm):
@@ -130,7 +131,7 @@ class RMSNorm(_AffineNorm):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return NF.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+        return K.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
 
 register(

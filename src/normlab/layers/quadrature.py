@@ -1,4 +1,8 @@
-"""QuadNorm and BlendQuadNorm: resolution-consistent instance normalization for grids."""
+"""QuadNorm and its BlendQuadNorm preset: resolution-consistent instance normalization.
+
+BlendQuadNorm is not a class of its own: it is ``QuadNorm(..., alpha=0.3)``, registered as
+``normlab.create("blendquadnorm", C)``.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from normlab._registry import Method, register
 from normlab.functional.quadrature import RULES, Rule
 from normlab.papers import paper
 
-__all__ = ["BlendQuadNorm", "QuadNorm"]
+__all__ = ["QuadNorm"]
 
 
 class QuadNorm(nn.Module):
@@ -105,16 +109,6 @@ class QuadNorm(nn.Module):
             f"{self.num_channels}, rule={self.rule!r}, periodic={self.periodic}{blend}, "
             f"eps={self.eps}, affine={self.affine}"
         )
-
-
-def BlendQuadNorm(num_channels: int, *, alpha: float = 0.3, **kwargs: Any) -> QuadNorm:
-    """The BlendQuadNorm preset: a :class:`QuadNorm` blended toward LayerNorm, ``alpha=0.3``.
-
-    ``y = (alpha * z_quad + (1 - alpha) * z_layer) * weight[c] + bias[c]``; the seed
-    reports it staying close to LayerNorm behaviour, a conservative default for periodic
-    FNO settings. Other keyword arguments go to :class:`QuadNorm`.
-    """
-    return QuadNorm(num_channels, alpha=alpha, **kwargs)
 
 
 register(

@@ -25,8 +25,8 @@ from normlab.models.forecast import build_backbone
 from normlab.series import ReversibleNorm, State
 
 __all__ = [
+    "ForecastTrainConfig",
     "Forecaster",
-    "TrainConfig",
     "TrainResult",
     "build_forecaster",
     "build_norm",
@@ -45,25 +45,18 @@ def build_norm(
     periods: Sequence[int] = (24,),
     **kwargs: Any,
 ) -> ReversibleNorm:
-    """The registered series normalizer ``name``, given the arguments it needs.
+    """The registered series normalizer ``name`` for windows of these lengths.
 
-    Dish-TS gets ``lookback``; SAN and FAN ``lookback`` and ``horizon``; PAMod ``periods``;
-    SAN's slice length is the first period when it divides both lengths, else their gcd;
-    ``kwargs`` are passed on (e.g. ``delta=`` for NoRIN).
+    Every series normalizer takes ``lookback``, ``horizon`` and ``periods`` and ignores what
+    it does not need (see :mod:`normlab.series`); ``kwargs`` are passed on (e.g. ``delta=``
+    for NoRIN).
     """
     method = normlab.get(name)
     if method.kind != "series":
         raise ValueError(f"{name!r} is a {method.kind!r} method, not a series normalizer.")
-    slice_len = periods[0] if periods else 24
-    if lookback % slice_len or horizon % slice_len:
-        slice_len = math.gcd(lookback, horizon)
-    needs: dict[str, dict[str, Any]] = {
-        "dish-ts": {"lookback": lookback},
-        "san": {"lookback": lookback, "horizon": horizon, "period": slice_len},
-        "fan": {"lookback": lookback, "horizon": horizon},
-        "pamod": {"periods": tuple(periods)},
-    }
-    return method.create(channels, **needs.get(method.name, {}), **kwargs)
+    return method.create(
+        channels, lookback=lookback, horizon=horizon, periods=tuple(periods), **kwargs
+    )
 
 
 class Forecaster(nn.Module):
@@ -87,7 +80,7 @@ class Forecaster(nn.Module):
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class ForecastTrainConfig:
     """How to train a forecaster.
 
     Attributes:
@@ -139,7 +132,9 @@ def evaluate(
     return {"mse": se / count, "mae": ae / count}
 
 
-def _epoch_ids(windows: Windows, config: TrainConfig, gen: torch.Generator) -> list[torch.Tensor]:
+def _epoch_ids(
+    windows: Windows, config: ForecastTrainConfig, gen: torch.Generator
+) -> list[torch.Tensor]:
     order = torch.randperm(len(windows), generator=gen)
     if config.batches_per_epoch is not None:
         order = order[: config.batches_per_epoch * config.batch]
@@ -147,7 +142,7 @@ def _epoch_ids(windows: Windows, config: TrainConfig, gen: torch.Generator) -> l
 
 
 def _pretrain(
-    model: Forecaster, splits: Splits, config: TrainConfig, gen: torch.Generator
+    model: Forecaster, splits: Splits, config: ForecastTrainConfig, gen: torch.Generator
 ) -> None:
     norm = model.norm
     assert norm is not None
@@ -167,7 +162,7 @@ def _pretrain(
 def train_forecaster(
     model: Forecaster,
     splits: Splits,
-    config: TrainConfig,
+    config: ForecastTrainConfig,
     *,
     seed: int = 0,
     on_epoch: Callable[[int, Forecaster], None] | None = None,
@@ -246,7 +241,7 @@ def fit_and_test(
     norm: str | None,
     backbone: str,
     splits: Splits,
-    config: TrainConfig,
+    config: ForecastTrainConfig,
     *,
     seed: int,
     periods: Sequence[int] = (24,),

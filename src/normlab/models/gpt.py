@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -20,13 +20,21 @@ from torch import nn
 
 from normlab import functional as NF
 from normlab._registry import get
-from normlab.attention.depth import AttnResidual
+from normlab.attention.depth import AttnResidual, DepthBlock
 from normlab.attention.mha import MultiheadAttention
 from normlab.data.corpus import VOCAB
-from normlab.layers.hypersphere import LearnedScale, NormalizedLinear, renormalize_weights_
-from normlab.models.gpt_blocks import MLP, DepthBlock, MoEMLP, NGPTBlock, unit_rows_
+from normlab.layers.hypersphere import (
+    LearnedScale,
+    NGPTBlock,
+    NormalizedLinear,
+    renormalize_weights_,
+    unit_rows_,
+)
+from normlab.models.gpt_adapter import TinyGPTAdapter
+from normlab.models.gpt_blocks import MLP, MoEMLP
+from normlab.probes.hooks import register_adapter
 
-__all__ = ["RESIDUALS", "Block", "GPTConfig", "TinyGPT"]
+__all__ = ["RESIDUALS", "Block", "GPTConfig", "TinyGPT", "ln_scaling"]
 
 #: Residual schemes: "pre" (x + f(norm(x))), "post" (norm(x + f(x))), "attnres" (each
 #: sublayer reads a learned softmax mix over all earlier outputs, see
@@ -62,8 +70,21 @@ class GPTConfig:
             Scaling against the curse of depth).
         qk_norm: RMS-normalize each head's queries and keys (nGPT blocks always use their
             own unit-norm version).
+        null_beta_init: with ``residual="oasis"``, the initial raw null coupling ``b`` of
+            every depth router (``beta = softplus(b)``; -5 gives beta = 0.007).
         bias: biases in linear layers.
         vocab: vocabulary size (bytes plus BOS).
+        loops: run the stack of ``n_layers`` shared blocks this many times (a Looped
+            Transformer; 1 is an ordinary model). Every loop after the first starts with
+            input injection, ``h <- h + e`` (``e`` the embedding output). Pre/post only.
+        loop_signal: Fully Looped Architecture (normlab's reading of the paper, which is
+            not public): the inter-loop signal reaches every layer, not only the loop's
+            entry: in loop ``k >= 1`` block ``l`` reads ``(h + h_l^(k-1)) / 2``, the mean of
+            the running stream and the stream that entered block ``l`` in the previous
+            loop (parameter-free; a convex mix does not grow the residual across loops).
+        attention_injection: Attention Injection (normlab's reading): the injection at a
+            loop's entry goes through the existing first block's attention,
+            ``h <- h + attn_0(norm1_0(e))``, instead of adding ``e`` raw (parameter-free).
     """
 
     d_model: int = 128
@@ -83,10 +104,18 @@ class GPTConfig:
     moe_top_k: int = 2
     ln_scaling: bool = False
     qk_norm: bool = False
+    null_beta_init: float = -5.0
     bias: bool = True
     vocab: int = VOCAB
+    loops: int = 1
+    loop_signal: bool = False
+    attention_injection: bool = False
 
     def __post_init__(self) -> None:
+        if self.loops < 1:
+            raise ValueError(f"loops must be >= 1, got {self.loops}.")
+        if self.loops > 1 and self.residual not in ("pre", "post"):
+            raise ValueError(f"loops > 1 needs residual 'pre' or 'post', got {self.residual!r}.")
         if self.residual not in RESIDUALS:
             raise ValueError(f"residual must be one of {RESIDUALS}, got {self.residual!r}.")
         if self.d_model % self.n_heads:
@@ -176,6 +205,7 @@ def make_block(config: GPTConfig, index: int) -> nn.Module:
             norm2=block.norm2,
             mlp=block.mlp,
             null_coupling=config.residual == "oasis",
+            beta_init=config.null_beta_init,
             norm_scale=block.norm_scale,
         )
     return block
@@ -208,7 +238,9 @@ class TinyGPT(nn.Module):
             )
             self.head = nn.Linear(d, config.vocab, bias=False)
         if self.depth:  # the head reads a depth mix over every sublayer output too
-            self.route_final = AttnResidual(d, null_coupling=config.residual == "oasis")
+            self.route_final = AttnResidual(
+                d, null_coupling=config.residual == "oasis", beta_init=config.null_beta_init
+            )
         self.apply(self._init)
         self.after_step()
 
@@ -280,11 +312,36 @@ class TinyGPT(nn.Module):
             states.append(self.route_final(values, nulls))
             return states, all_probs
         states, all_probs = [h], []
+        if self.config.loops > 1:
+            return self._looped(h, list(order), return_probs)
         for i in order:
             h, probs = self.blocks[i](h, return_probs=return_probs)
             states.append(h)
             if probs is not None:
                 all_probs.append(probs)
+        return states, all_probs
+
+    def _looped(
+        self, e: torch.Tensor, order: list[int], return_probs: bool
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The looped trunk (see ``GPTConfig.loops``): ``loops x len(order)`` block runs."""
+        cfg, h = self.config, e
+        states, all_probs = [e], []
+        previous: list[torch.Tensor] = []
+        for k in range(cfg.loops):
+            if k > 0:
+                first = self.blocks[order[0]]
+                h = h + first.attn(first.norm1(e)) if cfg.attention_injection else h + e
+            inputs = []
+            for pos, i in enumerate(order):
+                if cfg.loop_signal and previous:
+                    h = 0.5 * (h + previous[pos])
+                inputs.append(h)
+                h, probs = self.blocks[i](h, return_probs=return_probs)
+                states.append(h)
+                if probs is not None:
+                    all_probs.append(probs)
+            previous = inputs
         return states, all_probs
 
     def readout(self, h: torch.Tensor) -> torch.Tensor:
@@ -307,11 +364,18 @@ class TinyGPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def __getattr__(name: str) -> Any:
-    # Training lives in normlab.models.lm (it imports this module); re-export lazily so
-    # ``from normlab.models.gpt import train_lm`` works without an import cycle.
-    if name in ("TrainConfig", "evaluate_bpb", "load_snapshot", "train_lm"):
-        from normlab.models import lm
+def ln_scaling(config: GPTConfig) -> GPTConfig:
+    """The same config with LayerNorm-Scaling on (``1/sqrt(l + 1)`` on each block norm).
 
-        return getattr(lm, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    LayerNorm-Scaling is the curse-of-depth paper's remedy (``paper("curse-of-depth")``).
+
+    Raises:
+        TypeError: when ``config`` is not a :class:`GPTConfig`.
+    """
+    if not isinstance(config, GPTConfig):
+        raise TypeError(f"ln_scaling takes a GPTConfig, got {type(config).__name__}.")
+    return replace(config, ln_scaling=True)
+
+
+# Probes learn TinyGPT's layout from this adapter (they never import the model).
+register_adapter(TinyGPT, TinyGPTAdapter)

@@ -3,7 +3,10 @@
 A trained model is stored under the cache folder (:func:`normlab._io.cache_dir`), addressed
 by a hash of its architecture, training settings, seed and the corpus, as safetensors plus
 a JSON log. Claims that ask for the same model share one training run; two processes
-asking at once wait on a file lock instead of training twice.
+asking at once wait on a file lock instead of training twice. The address also hashes the
+source of this trainer and of every normlab module it imports (:mod:`normlab._sources`),
+so a change to the training code, a model or a layer retrains. A cached file that cannot
+be read (truncated, corrupt) is reported with a warning, deleted and retrained.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -19,19 +23,19 @@ import torch
 import torch.nn.functional as F
 
 from normlab._io import atomic_write_bytes, atomic_write_json, cache_dir, content_hash, file_lock
+from normlab._progress import report_progress
+from normlab._sources import closure_hash
 from normlab.data.corpus import corpus, corpus_fingerprint, sample_batch
 from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.quant.model import dequantize_model, quantize_model
 
-__all__ = ["TrainConfig", "evaluate_bpb", "lm_cache_key", "load_snapshot", "train_lm"]
+__all__ = ["LMTrainConfig", "evaluate_bpb", "lm_cache_key", "load_snapshot", "train_lm"]
 
-#: Bump when training code changes in a way that changes results.
-TRAIN_VERSION = 1
 _LN2 = math.log(2.0)
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class LMTrainConfig:
     """How to train a TinyGPT.
 
     Attributes:
@@ -55,6 +59,10 @@ class TrainConfig:
             and cached model holds the fp32 master weights.
         matmul_quant_backward: also quantize the two gradient matmuls (input and weight
             gradients), as the NVFP4 training recipe does.
+        lr_multipliers: ``(name_suffix, factor)`` pairs: a parameter whose name ends with
+            ``name_suffix`` trains at ``factor`` times the schedule's learning rate (its own
+            AdamW group, no weight decay), e.g. ``(("beta_raw", 30.0),)`` for OASIS's
+            null coupling, a scalar that plain Adam moves by only about ``lr`` a step.
     """
 
     steps: int = 1500
@@ -71,6 +79,7 @@ class TrainConfig:
     snapshots: tuple[int, ...] = ()
     matmul_quant: str | None = None
     matmul_quant_backward: bool = True
+    lr_multipliers: tuple[tuple[str, float], ...] = ()
 
     def lr_at(self, step: int) -> float:
         """Learning rate at ``step`` (0-based)."""
@@ -81,29 +90,41 @@ class TrainConfig:
         return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine)
 
 
-def lm_cache_key(model_config: GPTConfig, train_config: TrainConfig, seed: int) -> str:
-    """The content address of a trained model."""
+def lm_cache_key(model_config: GPTConfig, train_config: LMTrainConfig, seed: int) -> str:
+    """The content address of a trained model: architecture, training settings, seed, corpus,
+    torch version and the source closure of the trainer and model modules."""
     return content_hash(
         {
             "model": model_config.to_dict(),
             "train": asdict(train_config),
             "seed": seed,
             "corpus": corpus_fingerprint(),
-            "version": TRAIN_VERSION,
+            "code": closure_hash([__name__]),
             "torch": torch.__version__.split("+")[0],
         }
     )
 
 
-def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+def _param_groups(
+    model: torch.nn.Module, weight_decay: float, multipliers: tuple[tuple[str, float], ...] = ()
+) -> list[dict[str, Any]]:
+    """AdamW groups: decayed matrices, undecayed rest, and one undecayed group per
+    ``lr_multipliers`` entry (``lr_scale`` is applied by the trainer's schedule)."""
     decay, no_decay = [], []
+    scaled: dict[float, list[torch.nn.Parameter]] = {}
     for name, p in model.named_parameters():
+        factor = next((f for suffix, f in multipliers if name.endswith(suffix)), None)
+        if factor is not None:
+            scaled.setdefault(float(factor), []).append(p)
+            continue
         is_matrix = p.dim() >= 2 and "norm" not in name
         (decay if is_matrix else no_decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+    groups = [
+        {"params": decay, "weight_decay": weight_decay, "lr_scale": 1.0},
+        {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0},
     ]
+    groups += [{"params": ps, "weight_decay": 0.0, "lr_scale": f} for f, ps in scaled.items()]
+    return groups
 
 
 @torch.no_grad()
@@ -156,11 +177,36 @@ def _load_weights(model: TinyGPT, path: Path) -> None:
     model.load_state_dict(load(path.read_bytes()))
 
 
-def _train(model_config: GPTConfig, tc: TrainConfig, seed: int, key: str) -> tuple[TinyGPT, dict]:
+def _load_cached(model_config: GPTConfig, weights: Path, log_path: Path) -> tuple | None:
+    """``(model, log)`` from the cache, or None (with a warning, the files deleted) when a
+    cached file cannot be read."""
+    try:
+        model = TinyGPT(model_config)
+        _load_weights(model, weights)
+        log = json.loads(log_path.read_text())
+        if not isinstance(log, dict):
+            raise ValueError("the log is not a JSON object")
+    except Exception as err:  # safetensors raises its own error type on corrupt bytes
+        warnings.warn(
+            f"normlab: the cached trained model {weights} (or its log {log_path.name}) is "
+            f"corrupt ({type(err).__name__}: {err}); deleting it and training again.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        weights.unlink(missing_ok=True)
+        log_path.unlink(missing_ok=True)
+        return None
+    return model, log
+
+
+def _train(
+    model_config: GPTConfig, tc: LMTrainConfig, seed: int, key: str
+) -> tuple[TinyGPT, dict]:
     torch.manual_seed(seed)
     model = TinyGPT(model_config)
     model.train()
-    optimizer = torch.optim.AdamW(_param_groups(model, tc.weight_decay), lr=tc.lr, betas=tc.betas)
+    groups = _param_groups(model, tc.weight_decay, tc.lr_multipliers)
+    optimizer = torch.optim.AdamW(groups, lr=tc.lr, betas=tc.betas)
     if tc.matmul_quant is not None:
         quantize_model(model, tc.matmul_quant, backward=tc.matmul_quant_backward)
     generator = torch.Generator().manual_seed(seed)
@@ -169,7 +215,7 @@ def _train(model_config: GPTConfig, tc: TrainConfig, seed: int, key: str) -> tup
     start = time.perf_counter()
     for step in range(tc.steps):
         for group in optimizer.param_groups:
-            group["lr"] = tc.lr_at(step)
+            group["lr"] = tc.lr_at(step) * group["lr_scale"]
         x, y = sample_batch(data, tc.batch, model_config.context, generator, limit=tc.train_bytes)
         loss = F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
         if not torch.isfinite(loss):
@@ -181,6 +227,7 @@ def _train(model_config: GPTConfig, tc: TrainConfig, seed: int, key: str) -> tup
         optimizer.step()
         model.after_step()
         done = step + 1
+        report_progress(f"training {key[:8]}", done, tc.steps)
         if done % 10 == 0 or done == tc.steps:
             log["step"].append(done)
             log["train_bpb"].append(loss.item() / _LN2)
@@ -196,7 +243,7 @@ def _train(model_config: GPTConfig, tc: TrainConfig, seed: int, key: str) -> tup
 
 
 def train_lm(
-    model_config: GPTConfig, train_config: TrainConfig, seed: int = 0, *, cache: bool = True
+    model_config: GPTConfig, train_config: LMTrainConfig, seed: int = 0, *, cache: bool = True
 ) -> tuple[TinyGPT, dict[str, Any]]:
     """Train a TinyGPT, or load it from the cache when this exact run was done before.
 
@@ -217,9 +264,9 @@ def train_lm(
         return model.eval(), {**log, "key": key}
     with file_lock(weights.with_suffix(".lock")):
         if weights.exists() and log_path.exists():
-            model = TinyGPT(model_config)
-            _load_weights(model, weights)
-            return model.eval(), json.loads(log_path.read_text())
+            hit = _load_cached(model_config, weights, log_path)
+            if hit is not None:
+                return hit[0].eval(), hit[1]
         model, log = _train(model_config, train_config, seed, key)
         log["key"] = key
         _save_weights(model, weights)
@@ -228,7 +275,7 @@ def train_lm(
 
 
 def load_snapshot(
-    model_config: GPTConfig, train_config: TrainConfig, seed: int, step: int
+    model_config: GPTConfig, train_config: LMTrainConfig, seed: int, step: int
 ) -> TinyGPT:
     """The weights stored after ``step`` of a run listed in ``train_config.snapshots``.
 
@@ -241,5 +288,18 @@ def load_snapshot(
     if not path.exists():
         train_lm(model_config, train_config, seed)
     model = TinyGPT(model_config)
-    _load_weights(model, path)
+    try:
+        _load_weights(model, path)
+    except Exception as err:
+        warnings.warn(
+            f"normlab: the cached snapshot {path} is corrupt ({type(err).__name__}: {err}); "
+            "training the run again.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        weights, log_path = _paths(key)
+        for stale in (path, weights, log_path):
+            stale.unlink(missing_ok=True)
+        train_lm(model_config, train_config, seed)
+        _load_weights(model, path)
     return model.eval()

@@ -15,7 +15,7 @@ from typing import Any
 from normlab.data.series import Splits
 from normlab.models.forecast_train import (
     Forecaster,
-    TrainConfig,
+    ForecastTrainConfig,
     build_forecaster,
     evaluate,
     train_forecaster,
@@ -45,7 +45,7 @@ class NoRINTuning:
 def tune_norin(
     backbone: str,
     splits: Splits,
-    config: TrainConfig,
+    config: ForecastTrainConfig,
     *,
     n_trials: int = 20,
     seed: int = 0,

@@ -1,6 +1,6 @@
 """Probes: read a trained model's normalization pathologies without changing it."""
 
-from normlab.probes.depth import DepthProfile, depth_profile, ln_scaling
+from normlab.probes.depth import DepthProfile, depth_profile
 from normlab.probes.geometry import (
     GeometryProfile,
     TaleResult,
@@ -9,7 +9,16 @@ from normlab.probes.geometry import (
     layer_profile,
     tale_prune,
 )
-from normlab.probes.hooks import FAMILIES, ModelAdapter, NormSite, Trace, adapt
+from normlab.probes.hooks import (
+    FAMILIES,
+    ModelAdapter,
+    ModelLayout,
+    NormSite,
+    Trace,
+    adapt,
+    families,
+    register_adapter,
+)
 from normlab.probes.numerics import (
     NormError,
     SoftmaxError,
@@ -47,6 +56,7 @@ __all__ = [
     "GeometryProfile",
     "MassiveActivation",
     "ModelAdapter",
+    "ModelLayout",
     "NormError",
     "NormSite",
     "OutlierReport",
@@ -65,12 +75,12 @@ __all__ = [
     "depth_profile",
     "distortion",
     "error_bound",
+    "families",
     "inf_norm",
     "kl_to_base",
     "kurtosis",
     "layer_profile",
     "layer_ranks",
-    "ln_scaling",
     "lowp_norm",
     "lowp_softmax",
     "massive_activations",
@@ -80,6 +90,7 @@ __all__ = [
     "pruning_curve",
     "pruning_order",
     "rank_record",
+    "register_adapter",
     "sink_alpha",
     "sink_stats",
     "sink_sweep",

@@ -9,10 +9,10 @@ import torch
 
 from normlab.probes.hooks import ModelAdapter, adapt
 
-__all__ = ["Runner", "as_runner"]
+__all__ = ["BlockSubsetRunner", "as_block_runner"]
 
 
-class Runner:
+class BlockSubsetRunner:
     """``runner(tokens, layers)``: the adapter's output running only ``layers`` (None: all).
 
     Attributes:
@@ -28,8 +28,8 @@ class Runner:
         return self.adapter.run(tokens, layers=layers)
 
 
-def as_runner(model: Any, *, need_lm_head: bool = False) -> Runner:
-    """A :class:`Runner` for a model or an adapter.
+def as_block_runner(model: Any, *, need_lm_head: bool = False) -> BlockSubsetRunner:
+    """A :class:`BlockSubsetRunner` for a model or an adapter.
 
     Raises:
         ValueError: when ``need_lm_head`` and the model has no LM head (swap-KL compares
@@ -41,4 +41,4 @@ def as_runner(model: Any, *, need_lm_head: bool = False) -> Runner:
             f"{type(adapter.model).__name__} has no LM head: swap-KL and pruning curves "
             "compare output distributions; load it with its LM head (e.g. *ForCausalLM)."
         )
-    return Runner(adapter)
+    return BlockSubsetRunner(adapter)

@@ -13,23 +13,23 @@ embedding output, ``l`` the output of block ``l - 1``) and per block:
   change of the next-token loss when targets are given.
 
 LayerNorm-Scaling (scale each block norm's output by ``1/sqrt(l + 1)``) is a TinyGPT
-option, :func:`ln_scaling`.
+option, :func:`normlab.models.gpt.ln_scaling`.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from normlab.probes._runner import as_runner
+from normlab.probes._runner import as_block_runner
 from normlab.probes.swap import kl_to_base
 
-__all__ = ["DepthProfile", "depth_profile", "ln_scaling"]
+__all__ = ["DepthProfile", "depth_profile"]
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def depth_profile(
         tokens: token ids ``(batch, tokens)``.
         targets: next-token targets ``(batch, tokens)`` for the loss changes (LM head only).
     """
-    run = as_runner(model)
+    run = as_block_runner(model)
     states = run.adapter.trace(tokens).residual
     variance = tuple(float(h.double().var(dim=-1, unbiased=False).mean()) for h in states)
     influence, angular = [], []
@@ -113,12 +113,3 @@ def depth_profile(
     return DepthProfile(
         variance, tuple(influence), tuple(angular), tuple(effect), tuple(drop_loss), base_loss
     )
-
-
-def ln_scaling(config: Any) -> Any:
-    """The same TinyGPT config with LayerNorm-Scaling on (``1/sqrt(l + 1)`` per block norm)."""
-    from normlab.models.gpt import GPTConfig
-
-    if not isinstance(config, GPTConfig):
-        raise TypeError(f"ln_scaling takes a GPTConfig, got {type(config).__name__}.")
-    return replace(config, ln_scaling=True)

@@ -1,8 +1,10 @@
 """Model adapters: one view of blocks, norms, residual stream and attention across models.
 
-:func:`adapt` wraps normlab's :class:`~normlab.models.gpt.TinyGPT` or a Hugging Face GPT-2,
-BERT or Llama-style model (Mistral, Qwen2, ... share Llama's layout) in a
-:class:`ModelAdapter`. Probes use it to read, without changing the model:
+:func:`adapt` wraps a Hugging Face GPT-2, BERT or Llama-style model (Mistral, Qwen2, ...
+share Llama's layout), or any model whose code registered an adapter with
+:func:`register_adapter` (normlab's TinyGPT does so when :mod:`normlab.models.gpt` is
+imported), in a :class:`ModelAdapter`. Probes never import a model class. They use the
+adapter to read, without changing the model:
 
 - the residual stream: ``residual[0]`` is the input of the first run block (the embedding
   output) and ``residual[i + 1]`` the output of the ``i``-th run block, so
@@ -21,6 +23,7 @@ duration of the call and puts it back afterwards; it is not thread-safe on a sha
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,10 +31,19 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["FAMILIES", "ModelAdapter", "NormSite", "Trace", "adapt"]
+__all__ = [
+    "FAMILIES",
+    "ModelAdapter",
+    "ModelLayout",
+    "NormSite",
+    "Trace",
+    "adapt",
+    "families",
+    "register_adapter",
+]
 
-#: Model families :func:`adapt` understands.
-FAMILIES = ("tinygpt", "gpt2", "bert", "llama")
+#: Hugging Face model families :func:`adapt` understands without a registered adapter.
+FAMILIES = ("gpt2", "bert", "llama")
 
 
 @dataclass(frozen=True)
@@ -103,7 +115,7 @@ def _inference(model: nn.Module) -> Iterator[None]:
 
 
 @dataclass(frozen=True)
-class _Layout:
+class ModelLayout:
     """Where one family keeps its parts; paths are relative to the backbone ``root``."""
 
     roots: tuple[str, ...]  # backbone prefixes tried in order, e.g. "transformer." or ""
@@ -117,15 +129,14 @@ class _Layout:
     head_norm: str | None = None  # a norm inside the head, reported as "final"
 
 
-_LAYOUTS: dict[str, _Layout] = {
-    "tinygpt": _Layout(("",), "blocks", "attn", ("norm1", "norm2"), "pre", "norm_f", head="head"),
-    "gpt2": _Layout(("transformer.", ""), "h", "attn", ("ln_1", "ln_2"), "pre", "ln_f"),
+_LAYOUTS: dict[str, ModelLayout] = {
+    "gpt2": ModelLayout(("transformer.", ""), "h", "attn", ("ln_1", "ln_2"), "pre", "ln_f"),
     # post_attention_layernorm is, despite its name, the pre-norm of the MLP sublayer.
-    "llama": _Layout(
+    "llama": ModelLayout(
         ("model.", ""), "layers", "self_attn", ("input_layernorm", "post_attention_layernorm"),
         "pre", "norm",
     ),
-    "bert": _Layout(
+    "bert": ModelLayout(
         ("bert.", ""), "encoder.layer", "attention.self",
         ("attention.output.LayerNorm", "output.LayerNorm"), "post", None,
         embed="embeddings.LayerNorm", head="cls", head_norm="cls.predictions.transform.LayerNorm",
@@ -136,19 +147,41 @@ _LAYOUTS: dict[str, _Layout] = {
 class ModelAdapter:
     """A uniform view of one model family; build it with :func:`adapt`.
 
+    Model code adapts its own models by subclassing this class (pass a
+    :class:`ModelLayout`, override :meth:`readout`, :meth:`norm_position`, :meth:`_call` or
+    :meth:`_states` where the model has a faster or more exact path) and registering the
+    subclass with :func:`register_adapter`.
+
+    Args:
+        model: the model.
+        family: the family name, e.g. "gpt2".
+        layout: where its parts are; ``None`` for the built-in layout of ``family``.
+        causal: attention is causal; ``None`` for "every family but BERT".
+
     Attributes:
         model: the wrapped model.
-        family: one of :data:`FAMILIES`.
+        family: the family name.
         has_lm_head: the output is vocabulary logits (else the last hidden state).
         causal: attention is causal.
     """
 
-    def __init__(self, model: nn.Module, family: str) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        family: str,
+        *,
+        layout: ModelLayout | None = None,
+        causal: bool | None = None,
+    ) -> None:
         self.model, self.family = model, family
-        self.layout = layout = _LAYOUTS[family]
+        self.layout = layout = _LAYOUTS[family] if layout is None else layout
         self.root = next(r for r in layout.roots if _get(model, r + layout.blocks) is not None)
         self.has_lm_head = isinstance(_get(model, layout.head), nn.Module)
-        self.causal = family != "bert"
+        self.causal = family != "bert" if causal is None else causal
+
+    def norm_position(self) -> str:
+        """The position of the block norms, "pre" or "post" (the layout's by default)."""
+        return self.layout.position
 
     def blocks(self) -> list[nn.Module]:
         """The transformer blocks, in order."""
@@ -161,9 +194,7 @@ class ModelAdapter:
     def norm_sites(self) -> list[NormSite]:
         """Every norm module with its layer and position (absent ones are skipped)."""
         lay, root = self.layout, self.root
-        position = lay.position
-        if self.family == "tinygpt" and self.model.config.residual == "post":
-            position = "post"
+        position = self.norm_position()
         wanted = [(root + lay.embed, -1, "embed")] if lay.embed else []
         for i in range(self.n_layers):
             wanted += [(f"{root}{lay.blocks}.{i}.{n}", i, position) for n in lay.block_norms]
@@ -176,16 +207,29 @@ class ModelAdapter:
 
     def readout(self, h: torch.Tensor) -> torch.Tensor:
         """The model's output computed from a last residual state (final norm, then head)."""
-        if self.family == "tinygpt":
-            return self.model.readout(h)
         if self.layout.final:
             h = _get(self.model, self.root + self.layout.final)(h)  # type: ignore[misc]
         return _get(self.model, self.layout.head)(h) if self.has_lm_head else h  # type: ignore[misc]
 
-    def _call(self, tokens: torch.Tensor, layers: list[int] | None) -> torch.Tensor:
-        if self.family == "tinygpt":
-            return self.model(tokens, layers=layers)
-        kwargs = {"use_cache": False} if self.causal else {}
+    def _states(
+        self, tokens: torch.Tensor, layers: list[int] | None, attention: bool
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+        """``(residual states, attention probabilities)`` from the model itself, or ``None``.
+
+        An adapter whose model returns its residual stream overrides this; the default
+        ``None`` makes :meth:`trace` capture the stream with hooks on the blocks.
+        """
+        return None
+
+    def _call(
+        self,
+        tokens: torch.Tensor,
+        layers: list[int] | None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        kwargs: dict[str, Any] = {"use_cache": False} if self.causal else {}
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask
         with self._order(layers):
             out = self.model(input_ids=tokens, **kwargs)
         return out.logits if self.has_lm_head else out.last_hidden_state
@@ -221,6 +265,18 @@ class ModelAdapter:
             if count is not None:
                 config.num_hidden_layers = count
 
+    def _masked_call(
+        self, tokens: torch.Tensor, layers: list[int] | None, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """:meth:`_call` with a padding mask: passed to models that take one; for a causal
+        model that does not, right padding is harmless (no valid token sees it)."""
+        if mask is None or bool(mask.bool().all()):
+            return self._call(tokens, layers)
+        if "attention_mask" in inspect.signature(self._call).parameters:
+            return self._call(tokens, layers, attention_mask=mask)
+        _check_right_padded(mask, type(self.model).__name__, self.causal)
+        return self._call(tokens, layers)
+
     def run(self, tokens: torch.Tensor, *, layers: Sequence[int] | None = None) -> torch.Tensor:
         """The model's output, running only ``layers`` (block indices, in that order).
 
@@ -238,9 +294,12 @@ class ModelAdapter:
         norms: bool = False,
         attention: bool = False,
         layers: Sequence[int] | None = None,
+        attention_mask: torch.Tensor | None = None,
     ) -> Trace:
         """Run the model once and capture the residual stream (and norms, attention if asked).
 
+        ``attention_mask`` (1 real, 0 padding; ``tokens``' shape) goes to the model; the
+        captured tensors still hold every position, so statistics must drop the padding.
         Hooks are removed and every module's train/eval mode restored afterwards.
         """
         order = self._check_layers(layers)
@@ -277,10 +336,17 @@ class ModelAdapter:
                 for site in self.norm_sites():
                     handles.append(site.module.register_forward_hook(norm_hook(site.name)))
             with _inference(self.model):
-                if self.family == "tinygpt":  # its trunk returns states for any block order
-                    states, probs = self.model.trunk(tokens, layers=order, return_probs=attention)
-                    trace.residual, trace.attention = list(states), list(probs)
-                    trace.logits = self.model.readout(states[-1])
+                partial = attention_mask is not None and not bool(attention_mask.bool().all())
+                if partial and not self._accepts_mask():
+                    _check_right_padded(attention_mask, type(self.model).__name__, self.causal)
+                own = (
+                    None
+                    if partial and self._accepts_mask()
+                    else self._states(tokens, order, attention)
+                )
+                if own is not None:  # the model returns its states for any block order
+                    trace.residual, trace.attention = list(own[0]), list(own[1])
+                    trace.logits = self.readout(trace.residual[-1])
                     return trace
                 first = blocks[run[0]]
                 handles.append(first.register_forward_pre_hook(pre_hook, with_kwargs=True))
@@ -289,27 +355,81 @@ class ModelAdapter:
                     if attention:
                         attn = _get(blocks[i], self.layout.attention)
                         handles.append(attn.register_forward_hook(attn_hook))  # type: ignore[union-attr]
-                trace.logits = self._call(tokens, order)
+                trace.logits = self._masked_call(tokens, order, attention_mask)
         finally:
             for handle in handles:
                 handle.remove()
         return trace
 
+    def _accepts_mask(self) -> bool:
+        return "attention_mask" in inspect.signature(self._call).parameters
+
+
+def _check_right_padded(mask: torch.Tensor, model: str, causal: bool) -> None:
+    """Padding a model cannot be told about is harmless only at the end of causal rows."""
+    m = mask.bool()
+    right = bool((m.int().cummin(dim=1).values == m.int()).all())
+    if not (causal and right):
+        raise ValueError(
+            f"{model} takes no attention mask here: pad on the right (1s then 0s) for a "
+            "causal model, or pass unpadded batches."
+        )
+
+
+Matcher = type | str | Callable[[nn.Module], bool]
+AdapterFactory = Callable[[nn.Module], ModelAdapter]
+_ADAPTERS: list[tuple[Matcher, AdapterFactory]] = []
+
+
+def register_adapter(match: Matcher, factory: AdapterFactory) -> None:
+    """Teach :func:`adapt` a model family: models that ``match`` get ``factory(model)``.
+
+    Model code calls this at import, so probes learn the model's layout without importing
+    it (normlab's TinyGPT registers its adapter in :mod:`normlab.models.gpt`).
+
+    Args:
+        match: a class (``isinstance``), a class name (any class in the model's MRO), or a
+            predicate ``match(model) -> bool``.
+        factory: builds the adapter, e.g. a :class:`ModelAdapter` subclass.
+
+    Raises:
+        TypeError: when ``match`` is none of these or ``factory`` is not callable.
+    """
+    if not (isinstance(match, (type, str)) or callable(match)):
+        raise TypeError(f"match must be a class, a class name or a predicate, got {match!r}.")
+    if not callable(factory):
+        raise TypeError(f"factory must be callable, got {type(factory).__name__}.")
+    _ADAPTERS.append((match, factory))
+
+
+def _matches(match: Matcher, model: nn.Module) -> bool:
+    if isinstance(match, type):
+        return isinstance(model, match)
+    if isinstance(match, str):
+        return any(cls.__name__ == match for cls in type(model).__mro__)
+    return bool(match(model))
+
+
+def families() -> tuple[str, ...]:
+    """The families :func:`adapt` understands: registered adapters' matchers, then FAMILIES."""
+    names = [m if isinstance(m, str) else getattr(m, "__name__", repr(m)) for m, _ in _ADAPTERS]
+    return (*dict.fromkeys(names), *FAMILIES)
+
 
 def adapt(model: nn.Module) -> ModelAdapter:
     """A :class:`ModelAdapter` for ``model``.
 
-    Recognises normlab's TinyGPT and Hugging Face GPT-2 (``GPT2Model``,
-    ``GPT2LMHeadModel``), BERT (``BertModel``, ``BertForMaskedLM``) and Llama-style models
-    (``LlamaModel``, ``*ForCausalLM`` with ``model.layers`` and ``model.norm``).
+    Tries the adapters registered with :func:`register_adapter` (the latest first), then
+    recognises Hugging Face GPT-2 (``GPT2Model``, ``GPT2LMHeadModel``), BERT (``BertModel``,
+    ``BertForMaskedLM``) and Llama-style models (``LlamaModel``, ``*ForCausalLM`` with
+    ``model.layers`` and ``model.norm``).
 
     Raises:
         TypeError: for any other model; the message lists the supported families.
     """
-    from normlab.models.gpt import TinyGPT
-
-    if isinstance(model, TinyGPT):
-        return ModelAdapter(model, "tinygpt")
+    for match, factory in reversed(_ADAPTERS):
+        if _matches(match, model):
+            return factory(model)
     kind = getattr(getattr(model, "config", None), "model_type", None)
     if kind in ("gpt2", "bert"):
         lay = _LAYOUTS[kind]
@@ -321,6 +441,7 @@ def adapt(model: nn.Module) -> ModelAdapter:
         if isinstance(layers, nn.ModuleList) and isinstance(norm, nn.Module):
             return ModelAdapter(model, "llama")
     raise TypeError(
-        f"Cannot adapt a {type(model).__name__}: supported families are {', '.join(FAMILIES)} "
-        "(normlab TinyGPT; Hugging Face GPT-2, BERT and Llama-style models)."
+        f"Cannot adapt a {type(model).__name__}: supported families are "
+        f"{', '.join(families())} (registered adapters; Hugging Face GPT-2, BERT and "
+        "Llama-style models). Register one with normlab.probes.register_adapter."
     )

@@ -11,8 +11,9 @@ Rows of a Softmax1 head may sum to less than 1; the numbers are taken as they ar
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ from torch import nn
 
 from normlab.probes.hooks import adapt
 
-__all__ = ["SinkReport", "sink_alpha", "sink_stats"]
+__all__ = ["SinkReport", "eager_attention", "sink_alpha", "sink_stats"]
 
 
 def sink_alpha(probs: torch.Tensor, key: int = 0) -> torch.Tensor:
@@ -28,7 +29,8 @@ def sink_alpha(probs: torch.Tensor, key: int = 0) -> torch.Tensor:
 
     Args:
         probs: attention probabilities ``(batch, heads, queries, keys)``.
-        key: the key position ``k``.
+        key: the key position ``k``; negative counts from the end (-1: the last token,
+            e.g. BERT's [SEP] in an unpadded batch).
 
     Returns:
         ``(heads,)`` in float64.
@@ -37,22 +39,27 @@ def sink_alpha(probs: torch.Tensor, key: int = 0) -> torch.Tensor:
         raise ValueError(
             f"sink_alpha expects (batch, heads, queries, keys), got {tuple(probs.shape)}."
         )
-    if not 0 <= key < min(probs.shape[-2:]):
+    n = min(probs.shape[-2:])
+    if not -n <= key < n:
         raise ValueError(f"key {key} is outside the {probs.shape[-1]} key positions.")
+    key = key % n
     column = probs.detach()[:, :, key:, key].double()
     return column.mean(dim=(0, 2))
 
 
 @dataclass(frozen=True)
 class SinkReport:
-    """Attention-sink statistics of a model.
+    """Attention-sink statistics of a model (padding excluded).
 
     Attributes:
         sink_score: fraction of (layer, head) pairs with ``alpha_k > threshold``.
-        first_token_mass: mean attention on the first token over layers, heads, queries.
+        first_token_mass: attention on each sequence's first real token, averaged over its
+            real queries, then over sequences, heads and layers.
         alpha: per layer, per head ``alpha_k``.
         threshold: the ``eps`` used.
-        key: the key position ``k``.
+        key: the key position ``k`` (counted among real tokens; negative from the end).
+        special_mass: per special token (name), the mean attention mass that real queries
+            put on the positions holding it; empty unless ``special_tokens`` was given.
     """
 
     sink_score: float
@@ -60,6 +67,7 @@ class SinkReport:
     alpha: tuple[tuple[float, ...], ...]
     threshold: float
     key: int
+    special_mass: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,42 +76,113 @@ class SinkReport:
             "alpha": [list(a) for a in self.alpha],
             "threshold": self.threshold,
             "key": self.key,
+            "special_mass": dict(self.special_mass),
         }
+
+
+@contextlib.contextmanager
+def eager_attention(model: nn.Module) -> Iterator[None]:
+    """Switch a Hugging Face model to eager attention (the only kernel that returns
+    probabilities) for the block, and restore its own implementation afterwards."""
+    config = getattr(model, "config", None)
+    old = getattr(config, "_attn_implementation", None)
+    switch = callable(getattr(model, "set_attn_implementation", None)) and old not in (
+        None,
+        "eager",
+    )
+    if switch:
+        model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        if switch:
+            model.set_attn_implementation(old)
+
+
+def _layer_stats(
+    p: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor, key: int, special: Mapping
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per head, averaged over sequences: ``alpha_k``, the first-token mass and the mass on
+    each special token, each a mean over the sequence's real queries."""
+    p = p.detach().double()
+    heads = p.shape[1]
+    alpha, first = torch.zeros(heads, dtype=torch.float64), torch.zeros(heads, dtype=torch.float64)
+    spec = torch.zeros(len(special), heads, dtype=torch.float64)
+    seqs = 0
+    for b in range(p.shape[0]):
+        real = mask[b].nonzero().squeeze(1)
+        if real.numel() == 0:
+            continue
+        if not -len(real) <= key < len(real):
+            raise ValueError(f"key {key} is outside the {len(real)} real tokens of a sequence.")
+        k = int(real[key])
+        a = p[b][:, real][:, :, real]  # (heads, real queries, real keys)
+        kk = int((real == k).nonzero())
+        alpha += a[:, kk:, kk].mean(-1)
+        first += a[:, :, 0].mean(-1)
+        for j, ids in enumerate(special.values()):
+            on = torch.isin(tokens[b, real], torch.as_tensor(ids))
+            spec[j] += a[:, :, on].sum(-1).mean(-1)
+        seqs += 1
+    n = max(seqs, 1)
+    return alpha / n, first / n, spec / n
 
 
 def sink_stats(
     model: nn.Module,
     tokens: torch.Tensor | Iterable[torch.Tensor],
     *,
+    attention_mask: torch.Tensor | Iterable[torch.Tensor] | None = None,
     threshold: float = 0.3,
     key: int = 0,
+    special_tokens: Mapping[str, int | Sequence[int]] | None = None,
 ) -> SinkReport:
     """Sink score and first-token attention mass of ``model``; the model is unchanged.
 
+    A Hugging Face model with another attention kernel (SDPA, the default) is switched to
+    eager attention for the probe's forward passes and switched back afterwards. Padding
+    is excluded: ``alpha_k`` and the masses average over real queries of each sequence,
+    and key positions count real tokens (``key=0`` is the first real token even with left
+    padding, ``key=-1`` the last, e.g. [SEP]).
+
     Args:
-        model: any model :func:`~normlab.probes.hooks.adapt` understands (Hugging Face
-            models built with ``attn_implementation="eager"``).
+        model: any model :func:`~normlab.probes.hooks.adapt` understands.
         tokens: a ``(batch, tokens)`` id tensor or an iterable of them.
+        attention_mask: 1 for real tokens, 0 for padding, shaped like ``tokens``.
         threshold: ``eps`` in ``alpha_k > eps`` (0.3 in Gu et al.).
         key: the key position ``k`` (0: the first token).
+        special_tokens: name -> token id(s) (e.g. ``{"[CLS]": 101, "[SEP]": 102}``); the
+            report gives the attention mass on each.
     """
     adapter = adapt(model)
-    batches = [tokens] if isinstance(tokens, torch.Tensor) else list(tokens)
-    alphas: list[torch.Tensor] = []  # per batch: (layers, heads)
-    first: list[torch.Tensor] = []
-    weights: list[int] = []
-    for batch in batches:
-        trace = adapter.trace(batch, attention=True)
-        alphas.append(torch.stack([sink_alpha(p, key) for p in trace.attention]))
-        first.append(torch.stack([p.detach()[..., 0].double().mean() for p in trace.attention]))
-        weights.append(batch.shape[0])
+    xs = [tokens] if isinstance(tokens, torch.Tensor) else list(tokens)
+    if attention_mask is None:
+        ms = [None] * len(xs)
+    else:
+        ms = [attention_mask] if isinstance(attention_mask, torch.Tensor) else list(attention_mask)
+        if len(ms) != len(xs) or any(m.shape != x.shape for m, x in zip(ms, xs, strict=True)):
+            raise ValueError("attention_mask must match tokens: one mask per batch, same shape.")
+    special = {
+        k: [v] if isinstance(v, int) else list(v) for k, v in (special_tokens or {}).items()
+    }
+    parts = []
+    weights = []
+    with eager_attention(adapter.model):
+        for batch, mask in zip(xs, ms, strict=True):
+            trace = adapter.trace(batch, attention=True, attention_mask=mask)
+            real = torch.ones_like(batch, dtype=torch.bool) if mask is None else mask.bool()
+            parts.append([_layer_stats(p, batch, real, key, special) for p in trace.attention])
+            weights.append(float(real.any(1).sum()))
     w = torch.tensor(weights, dtype=torch.float64)
-    alpha = (torch.stack(alphas) * w[:, None, None]).sum(0) / w.sum()
-    mass = (torch.stack(first) * w[:, None]).sum(0) / w.sum()
+    w = w / w.sum()
+    alpha = sum(wi * torch.stack([s[0] for s in ps]) for wi, ps in zip(w, parts, strict=True))
+    first = sum(wi * torch.stack([s[1] for s in ps]) for wi, ps in zip(w, parts, strict=True))
+    spec = sum(wi * torch.stack([s[2] for s in ps]) for wi, ps in zip(w, parts, strict=True))
     return SinkReport(
         sink_score=float((alpha > threshold).double().mean()),
-        first_token_mass=float(mass.mean()),
+        first_token_mass=float(first.mean()),
         alpha=tuple(tuple(float(v) for v in row) for row in alpha),
         threshold=threshold,
         key=key,
+        special_mass={name: float(spec[:, j].mean()) for j, name in enumerate(special)},
     )

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from normlab.probes._runner import Runner, as_runner
+from normlab.probes._runner import BlockSubsetRunner, as_block_runner
 
 __all__ = ["PruneCurve", "SwapKL", "kl_to_base", "pruning_curve", "pruning_order", "swap_kl"]
 
@@ -127,7 +127,7 @@ def swap_kl(model: Any, tokens: torch.Tensor, *, positions: str = "all") -> Swap
     Returns:
         A :class:`SwapKL`; ``n (n - 1)`` replacement and ``n (n - 1) / 2`` interchange runs.
     """
-    run = as_runner(model, need_lm_head=True)
+    run = as_block_runner(model, need_lm_head=True)
     n = run.n_layers
     base = run(tokens, None)
     directed = [[0.0] * n for _ in range(n)]
@@ -181,7 +181,7 @@ def pruning_curve(
     positions: str = "all",
 ) -> PruneCurve:
     """Remove the first ``k`` layers of ``order`` for every ``k`` and measure the damage."""
-    run: Runner = as_runner(model, need_lm_head=True)
+    run: BlockSubsetRunner = as_block_runner(model, need_lm_head=True)
     base = run(tokens, None)
     kls, losses = [], []
     for k in range(len(order) + 1):

@@ -18,6 +18,7 @@ from normlab.quant.model import (
     quantize_model,
     quantized,
 )
+from normlab.quant.nsn import IntKIVI, KMeansVQ, NSNQuantizer, QuantizedChunk
 from normlab.quant.snr import gemm_snr
 from normlab.quant.spec import PRESETS, FakeQuantize, QuantFormat, preset
 
@@ -25,8 +26,12 @@ __all__ = [
     "E2M1_GRID",
     "PRESETS",
     "FakeQuantize",
+    "IntKIVI",
+    "KMeansVQ",
+    "NSNQuantizer",
     "QuantFormat",
     "QuantLinear",
+    "QuantizedChunk",
     "calibrate",
     "dequantize_model",
     "fake_quant_int",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from normlab._checks import check_float
+from normlab._checks import check_float, check_min_rank
 from normlab.functional._precision import upcast
 
 __all__ = [
@@ -123,19 +123,29 @@ def fake_quant_int(
         ste: straight-through gradient.
 
     Returns:
-        The dequantized tensor, same shape and dtype as ``x``.
+        The dequantized tensor, same shape and dtype as ``x``; an empty ``x`` comes back
+        as it is.
+
+    Non-finite values are confined to themselves: the measured range ignores them, so one
+    NaN or infinity does not change the scale of its tensor, row or group; a NaN stays NaN
+    and an infinity saturates at the grid's end (``+-2^(b-1) s``, or the asymmetric grid's
+    ends).
     """
     check_float(x)
     if not 2 <= bits <= 16:
         raise ValueError(f"bits must be in [2, 16], got {bits}.")
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}.")
+    if x.numel() == 0:
+        return x.clone()
     xf = upcast(x.detach())
     pad = 0
     if granularity == "group":
         xf, pad = _blocks(xf, group_size)
     if bounds is None:
-        lo, hi = _reduce(xf, granularity, axis, "amin"), _reduce(xf, granularity, axis, "amax")
+        finite = torch.where(torch.isfinite(xf), xf, 0.0)  # NaN/inf do not set the range
+        lo = _reduce(finite, granularity, axis, "amin")
+        hi = _reduce(finite, granularity, axis, "amax")
     else:
         lo, hi = (torch.as_tensor(b, dtype=xf.dtype, device=x.device) for b in bounds)
     lo, hi = lo.clamp(max=0.0), hi.clamp(min=0.0)
@@ -174,10 +184,25 @@ def fake_quant_nvfp4(
         tensor_amax: fixed tensor range (nGPT's recipe uses 1.0 for unit-norm data);
             ``None`` measures ``max|x|``. Values beyond it saturate.
         ste: straight-through gradient.
+
+    Returns:
+        The dequantized tensor, same shape and dtype as ``x``; an empty ``x`` comes back
+        as it is.
+
+    Non-finite values are confined to themselves: the block and tensor ranges ignore them,
+    so one NaN or infinity changes no scale; a NaN stays NaN and an infinity saturates at
+    its block's largest value ``6 s_b s_t`` (FP4 has no infinity).
+
+    Raises:
+        ValueError: for a 0-d ``x`` (blocks run along the last axis).
     """
     check_float(x)
+    check_min_rank(x, 1, "(..., features) with the blocks along the last axis")
+    if x.numel() == 0:
+        return x.clone()
     xf, pad = _blocks(upcast(x.detach()), block)
-    block_amax = xf.abs().amax(-1, keepdim=True)
+    finite = torch.where(torch.isfinite(xf), xf.abs(), 0.0)  # NaN/inf do not set scales
+    block_amax = finite.amax(-1, keepdim=True)
     amax = block_amax.amax() if tensor_amax is None else torch.as_tensor(float(tensor_amax))
     s_t = (amax.to(xf.dtype) / (E2M1_MAX * E4M3_MAX)).clamp_min(torch.finfo(xf.dtype).tiny)
     s_b = round_e4m3(block_amax / (E2M1_MAX * s_t))
@@ -192,10 +217,20 @@ def fake_quant_mxfp4(x: torch.Tensor, *, block: int = 32, ste: bool = True) -> t
 
     ``scale = 2^(floor(log2 amax_block) - 2)`` (an E8M0 number, exponent clamped to
     [-127, 127]); ``y = e2m1(x / scale) * scale``, saturating at +-6 scale.
+
+    Non-finite values are confined to themselves, as in the other formats: the block range
+    ignores them, so a NaN stays NaN and an infinity saturates at its block's ``+-6 scale``
+    while every other value is quantized as without it. An empty ``x`` comes back as it is.
+
+    Raises:
+        ValueError: for a 0-d ``x`` (blocks run along the last axis).
     """
     check_float(x)
+    check_min_rank(x, 1, "(..., features) with the blocks along the last axis")
+    if x.numel() == 0:
+        return x.clone()
     xf, pad = _blocks(upcast(x.detach()), block)
-    amax = xf.abs().amax(-1, keepdim=True)
+    amax = torch.where(torch.isfinite(xf), xf.abs(), 0.0).amax(-1, keepdim=True)
     exponent = torch.floor(torch.log2(torch.where(amax > 0, amax, 1.0))) - 2
     scale = torch.exp2(exponent.clamp(-127, 127))
     q = _unblocks(round_e2m1(xf / scale) * scale, pad).to(x.dtype)

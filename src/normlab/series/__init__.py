@@ -6,7 +6,7 @@ backbone's forecast, ``invert(z, state)`` for the exact round trip on the window
 and ``auxiliary_loss`` / ``aux_schedule`` for the extra training signals of FAN and SAN.
 """
 
-from normlab.series._base import ReversibleNorm, State, instance_stats
+from normlab.series._base import ReversibleNorm, State, instance_stats, moments, window_scale
 from normlab.series.dishts import DishTS
 from normlab.series.fan import FAN, top_k_frequencies
 from normlab.series.johnson import (
@@ -40,8 +40,10 @@ __all__ = [
     "johnson_su",
     "johnson_su_inverse",
     "moment_matched",
+    "moments",
     "select_shape",
     "slifker_shapiro",
     "slifker_shapiro_quantiles",
     "top_k_frequencies",
+    "window_scale",
 ]

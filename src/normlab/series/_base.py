@@ -11,10 +11,21 @@ Extra training signals are exposed so that one generic trainer serves every norm
 ``auxiliary_loss(y_hat, state, target)`` and the class attribute ``aux_schedule`` saying
 how to use it ("none"; "joint": add it to the forecast loss, FAN; "pretrain": train the
 normalizer alone on it first, then freeze it and train the backbone, SAN).
+
+Every registered normalizer takes the same window arguments, ``lookback`` (L), ``horizon``
+(H) and ``periods`` (the data's seasonal periods), as keywords, and accepts and ignores
+those it does not need, so one call builds any of them::
+
+    normlab.create(name, channels, lookback=96, horizon=24, periods=(24,))
+
+Instance-statistics normalizers (RevIN, NoRIN, PAMod) work on any length and ignore
+``lookback``/``horizon``; Dish-TS, SAN and FAN are built for their lengths; only PAMod and
+SAN read ``periods``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import torch
@@ -23,10 +34,46 @@ from torch import nn
 from normlab._checks import check_finite, check_float
 from normlab.functional._precision import upcast
 
-__all__ = ["ReversibleNorm", "State", "instance_stats"]
+__all__ = ["ReversibleNorm", "State", "instance_stats", "moments", "window_scale"]
 
 #: What ``normalize`` hands to ``denormalize``: named tensors (statistics, predictions).
 State = dict[str, Any]
+
+
+def window_scale(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    """A power of two ``s >= 1`` with ``max |x| / 2 < s <= max |x|`` along ``dim`` (detached).
+
+    Statistics of ``x / s`` cannot overflow (``(x - mu)^2`` does in float32 from about 1e19),
+    and dividing or multiplying by a power of two is exact, so moments computed through it
+    equal the direct ones bit for bit wherever those do not overflow. ``s = 1`` for windows
+    with ``max |x| < 2``, so small values are computed exactly as before too.
+    """
+    amax = x.detach().abs().amax(dim=dim, keepdim=True)
+    _, exponent = torch.frexp(amax)
+    return torch.ldexp(torch.ones_like(amax), exponent - 1).clamp_min(1.0)
+
+
+def moments(
+    x: torch.Tensor, eps: float, *, dim: int = 1, denominator: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``mu = mean x`` and ``sigma = sqrt(var x + eps)`` along ``dim``, safe from overflow.
+
+    Computed on ``x / s`` with :func:`window_scale`'s ``s``: ``mu = s mean(x / s)`` and
+    ``sigma = max(s sqrt(var(x / s) + eps / s^2), sqrt(eps))``; the floor only matters
+    where ``eps / s^2`` underflows (a constant window near 1e20 or above), where the direct
+    ``sqrt(eps)`` is the exact answer. ``var`` is biased, or ``sum / denominator``.
+    Gradients flow through both (see :func:`instance_stats` for the detached ones).
+    """
+    s = window_scale(x, dim)
+    u = x / s
+    mu_u = u.mean(dim=dim, keepdim=True)
+    dev2 = (u - mu_u).pow(2)
+    if denominator is None:
+        var_u = dev2.mean(dim=dim, keepdim=True)
+    else:
+        var_u = dev2.sum(dim=dim, keepdim=True) / denominator
+    sigma = s * torch.sqrt(var_u + eps / s / s)
+    return mu_u * s, sigma.clamp_min(math.sqrt(eps))
 
 
 def instance_stats(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,10 +81,11 @@ def instance_stats(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Ten
 
     The variance is the biased one and both are detached, as in RevIN (Kim et al., 2022):
     the statistics are treated as constants of the window, not learned functions of it.
+    They are computed by :func:`moments`, so windows of values up to float's range (e.g.
+    1e25 in float32) keep finite statistics and round-trip.
     """
-    mu = x.mean(dim=1, keepdim=True).detach()
-    var = (x - mu).pow(2).mean(dim=1, keepdim=True).detach()
-    return mu, torch.sqrt(var + eps)
+    mu, sigma = moments(x.detach(), eps, dim=1)
+    return mu, sigma
 
 
 class ReversibleNorm(nn.Module):

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from normlab._registry import Method, register
-from normlab.series._base import ReversibleNorm, State
+from normlab.papers import paper
+from normlab.series._base import ReversibleNorm, State, window_scale
 
 __all__ = ["DishTS"]
-
-DISHTS_PAPER = (
-    "Dish-TS: A General Paradigm for Alleviating Distribution Shift in Time Series "
-    "Forecasting (Fan et al., 2023)"
-)
 
 
 class DishTS(ReversibleNorm):
@@ -36,6 +34,8 @@ class DishTS(ReversibleNorm):
         channels: number of channels ``C``.
         lookback: input length ``L``.
         activate: apply GELU to the levels (the paper's default).
+        horizon: accepted and ignored (the horizon level fits any forecast length).
+        periods: accepted and ignored.
     """
 
     def __init__(
@@ -43,6 +43,8 @@ class DishTS(ReversibleNorm):
         channels: int,
         *,
         lookback: int,
+        horizon: int | None = None,
+        periods: Sequence[int] | None = None,
         activate: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -67,23 +69,28 @@ class DishTS(ReversibleNorm):
         if self.activate:
             theta = F.gelu(theta)
         phi_l, phi_h = theta[:, :1], theta[:, 1:]
+        return phi_l, self._spread(xf, phi_l), phi_h, self._spread(xf, phi_h)
+
+    @staticmethod
+    def _spread(xf: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
+        """``sqrt(xi + 1e-8)``, ``xi = sum_t (x_t - phi)^2 / (L - 1)``, computed on ``x / s``
+        (:func:`~normlab.series._base.window_scale`) so it cannot overflow; exact otherwise."""
+        s = window_scale(xf)
         denom = max(xf.shape[1] - 1, 1)
-        xi_l = (xf - phi_l).pow(2).sum(dim=1, keepdim=True) / denom
-        xi_h = (xf - phi_h).pow(2).sum(dim=1, keepdim=True) / denom
-        return phi_l, xi_l, phi_h, xi_h
+        xi = (xf / s - phi / s).pow(2).sum(dim=1, keepdim=True) / denom
+        return (s * torch.sqrt(xi + 1e-8 / s / s)).clamp_min(1e-4)
 
     def normalize(
         self, x: torch.Tensor, *, index: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, State]:
         xf = self._check_input(x)
-        phi_l, xi_l, phi_h, xi_h = self._levels(xf)
-        scale_l = torch.sqrt(xi_l + 1e-8)
+        phi_l, scale_l, phi_h, scale_h = self._levels(xf)
         z = (xf - phi_l) / scale_l * self.gamma.to(xf.dtype) + self.beta.to(xf.dtype)
         state: State = {
             "loc": phi_l,
             "scale": scale_l,
             "horizon_loc": phi_h,
-            "horizon_scale": torch.sqrt(xi_h + 1e-8),
+            "horizon_scale": scale_h,
             "batch": x.shape[0],
         }
         return z.to(x.dtype), state
@@ -111,7 +118,7 @@ register(
         "dish-ts",
         "series",
         DishTS,
-        DISHTS_PAPER,
+        paper("dish-ts"),
         "learned input/horizon levels GELU(sum_t x_t W_t) and spreads around them",
         layout="series",
     )

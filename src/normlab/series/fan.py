@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from normlab._registry import Method, register
+from normlab.papers import paper
 from normlab.series._base import ReversibleNorm, State
 
 __all__ = ["FAN", "top_k_frequencies"]
-
-FAN_PAPER = (
-    "Frequency Adaptive Normalization For Non-stationary Time Series Forecasting (Ye et al., 2024)"
-)
 
 
 def top_k_frequencies(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -23,6 +22,8 @@ def top_k_frequencies(x: torch.Tensor, k: int) -> torch.Tensor:
     are kept and the rest zeroed; the result is ``irfft`` of what is kept, with length
     ``L``. The mean (bin 0) is one of the candidates, so a level shift is removed too.
     """
+    if x.numel() == 0:  # an empty batch (or no channels): nothing to transform
+        return torch.zeros_like(x)
     spectrum = torch.fft.rfft(x, dim=1)
     k = min(k, spectrum.shape[1])
     top = spectrum.abs().topk(k, dim=1).indices
@@ -49,6 +50,7 @@ class FAN(ReversibleNorm):
         horizon: forecast length ``H``.
         k: number of rFFT components kept (4 to 20 in the paper).
         hidden: width of the first predictor layer (the second is twice as wide).
+        periods: accepted and ignored (FAN finds the dominant frequencies itself).
     """
 
     aux_schedule = "joint"
@@ -59,6 +61,7 @@ class FAN(ReversibleNorm):
         *,
         lookback: int,
         horizon: int,
+        periods: Sequence[int] | None = None,
         k: int = 4,
         hidden: int = 64,
         device: torch.device | str | None = None,
@@ -86,9 +89,12 @@ class FAN(ReversibleNorm):
     ) -> tuple[torch.Tensor, State]:
         xf = self._check_input(x)
         main = top_k_frequencies(xf, self.k)
-        h = F.relu(self.freq_in(main.transpose(1, 2)))
-        pred = self.out(F.relu(self.mix(torch.cat([h, xf.transpose(1, 2)], dim=-1))))
-        state: State = {"main": main, "horizon_main": pred.transpose(1, 2), "batch": x.shape[0]}
+        # the predictor runs in its own dtype (e.g. float32 weights on a float64 window)
+        wd = self.freq_in.weight.dtype
+        h = F.relu(self.freq_in(main.transpose(1, 2).to(wd)))
+        pred = self.out(F.relu(self.mix(torch.cat([h, xf.transpose(1, 2).to(wd)], dim=-1))))
+        pred = pred.to(xf.dtype).transpose(1, 2)
+        state: State = {"main": main, "horizon_main": pred, "batch": x.shape[0]}
         return (xf - main).to(x.dtype), state
 
     def denormalize(self, y: torch.Tensor, state: State) -> torch.Tensor:
@@ -125,7 +131,7 @@ register(
         "fan",
         "series",
         FAN,
-        FAN_PAPER,
+        paper("fan"),
         "removes the top-k rFFT components; an MLP forecasts them for the horizon",
         layout="series",
     )

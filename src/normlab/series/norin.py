@@ -64,12 +64,18 @@ class NoRIN(RevIN):
         eps: added to the variance (RevIN's eps).
         affine: RevIN's learned per-channel affine step after the S_U map.
         subtract_last: RevIN's last-value location.
+        lookback: accepted and ignored (any window length works).
+        horizon: accepted and ignored (any forecast length works).
+        periods: accepted and ignored.
     """
 
     def __init__(
         self,
         channels: int,
         *,
+        lookback: int | None = None,
+        horizon: int | None = None,
+        periods: Sequence[int] | None = None,
         delta: float | Sequence[float] = 1.0,
         epsilon: float | Sequence[float] = 0.0,
         learn_shape: bool = False,

@@ -45,24 +45,28 @@ class PAMod(RevIN):
 
     Args:
         channels: number of channels ``C``.
-        periods: the cycle lengths ``P`` in steps, one table pair each.
+        periods: the cycle lengths ``P`` in steps, one table pair each; ``None`` for 24.
         eps: RevIN's variance floor.
         affine: RevIN's learned per-channel affine step.
         subtract_last: RevIN's last-value location.
+        lookback: accepted and ignored (any window length works).
+        horizon: accepted and ignored (any forecast length works).
     """
 
     def __init__(
         self,
         channels: int,
         *,
-        periods: Sequence[int] = (24,),
+        lookback: int | None = None,
+        horizon: int | None = None,
+        periods: Sequence[int] | None = (24,),
         eps: float = 1e-5,
         affine: bool = True,
         subtract_last: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        periods = tuple(periods)
+        periods = (24,) if periods is None else tuple(periods)
         if not periods or any(not isinstance(p, int) or p < 1 for p in periods):
             raise ValueError(f"periods must be positive ints, got {periods!r}.")
         super().__init__(

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from normlab._registry import Method, register
-from normlab.series._base import ReversibleNorm, State
+from normlab.papers import paper
+from normlab.series._base import ReversibleNorm, State, moments
 
 __all__ = ["SAN"]
-
-SAN_PAPER = (
-    "Adaptive Normalization for Non-stationary Time Series Forecasting: A Temporal Slice "
-    "Perspective (Liu et al., 2023)"
-)
 
 
 def _mlp(inputs: int, hidden: int, outputs: int, factory: dict) -> nn.Sequential:
@@ -47,7 +46,11 @@ class SAN(ReversibleNorm):
         channels: number of channels ``C``.
         lookback: input length ``L``, a multiple of ``period``.
         horizon: forecast length ``H``, a multiple of ``period``.
-        period: slice length ``T`` (24 for hourly data in the paper).
+        periods: the data's seasonal periods; when ``period`` is not given, the slice length
+            is the first of them if it divides both lengths, else ``gcd(L, H)``.
+        period: slice length ``T`` (24 for hourly data in the paper); ``None`` to derive it
+            from ``periods`` (default ``(24,)``) as above. An explicit ``period`` must
+            divide both lengths.
         hidden: width of the predictor MLPs.
         eps: added to each slice's variance.
     """
@@ -60,13 +63,19 @@ class SAN(ReversibleNorm):
         *,
         lookback: int,
         horizon: int,
-        period: int = 24,
+        periods: Sequence[int] | None = None,
+        period: int | None = None,
         hidden: int = 64,
         eps: float = 1e-5,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__(channels, lookback=lookback, horizon=horizon)
+        if period is None:
+            periods = (24,) if periods is None else tuple(periods)
+            period = periods[0] if periods else 24
+            if not isinstance(period, int) or lookback % period or horizon % period:
+                period = math.gcd(lookback, horizon)
         if not isinstance(period, int) or period < 1:
             raise ValueError(f"period must be a positive int, got {period!r}.")
         for name, length in (("lookback", lookback), ("horizon", horizon)):
@@ -102,10 +111,14 @@ class SAN(ReversibleNorm):
         return x.reshape(b, length // self.period, self.period, c)
 
     def _slice_stats(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        s = self._slices(x)
-        mean = s.mean(dim=2)
-        std = torch.sqrt((s - mean.unsqueeze(2)).pow(2).mean(dim=2) + self.eps)
-        return mean, std
+        mean, std = moments(self._slices(x), self.eps, dim=2)
+        return mean.squeeze(2), std.squeeze(2)
+
+    @staticmethod
+    def _predict(net: nn.Sequential, feats: torch.Tensor) -> torch.Tensor:
+        """``net(feats)`` in the predictor's own dtype, returned in the input's."""
+        weight = net[0].weight
+        return net(feats.to(weight.dtype)).to(feats.dtype)
 
     def normalize(
         self, x: torch.Tensor, *, index: torch.Tensor | None = None
@@ -113,12 +126,13 @@ class SAN(ReversibleNorm):
         xf = self._check_input(x, min_length=self.period)
         mean_s, std_s = self._slice_stats(xf)
         z = (self._slices(xf) - mean_s.unsqueeze(2)) / std_s.unsqueeze(2)
-        m = xf.mean(dim=1, keepdim=True)
-        s = torch.sqrt((xf - m).pow(2).mean(dim=1, keepdim=True) + self.eps)
+        m, s = moments(xf, self.eps, dim=1)
         feats_mu = torch.cat([(mean_s - m) / s, (xf - m) / s], dim=1).transpose(1, 2)
         feats_sd = torch.cat([std_s / s, (xf - m) / s], dim=1).transpose(1, 2)
-        mu_h = m + s * self.mean_net(feats_mu).transpose(1, 2)
-        sd_h = s * F.softplus(self.std_net(feats_sd).transpose(1, 2)) + self.eps**0.5
+        mu_h = m + s * self._predict(self.mean_net, feats_mu).transpose(1, 2)
+        sd_h = (
+            s * F.softplus(self._predict(self.std_net, feats_sd).transpose(1, 2)) + self.eps**0.5
+        )
         state: State = {
             "slice_mean": mean_s,
             "slice_std": std_s,
@@ -163,7 +177,7 @@ register(
         "san",
         "series",
         SAN,
-        SAN_PAPER,
+        paper("san"),
         "per-slice standardization; MLPs predict the horizon slices' mean and std",
         layout="series",
     )

@@ -2,8 +2,8 @@
 
 from normlab.surgery.batchnorm import BNRecalibration, batchnorm_modules, recalibrate_bn
 from normlab.surgery.fold import FoldResult, apply_fold_structure, fold_layernorms
-from normlab.surgery.fold_detect import FoldAnalysis, FoldSite, analyze_fold, is_centring_norm
-from normlab.surgery.replace import Replacement, is_layer_norm, norm_eps, norm_size, replace_norms
+from normlab.surgery.fold_detect import FoldAnalysis, FoldSite, analyze_fold, is_centering_norm
+from normlab.surgery.replace import Replacement, is_norm_layer, norm_eps, norm_size, replace_norms
 
 __all__ = [
     "BNRecalibration",
@@ -15,8 +15,8 @@ __all__ = [
     "apply_fold_structure",
     "batchnorm_modules",
     "fold_layernorms",
-    "is_centring_norm",
-    "is_layer_norm",
+    "is_centering_norm",
+    "is_norm_layer",
     "norm_eps",
     "norm_size",
     "recalibrate_bn",

@@ -20,12 +20,12 @@ from torch.utils._pytree import tree_leaves
 
 from normlab.layers.norms import LayerNorm
 from normlab.surgery._fold_rules import ADD, METADATA, ZERO, ZERO_MAKERS, Status, merge, rule_for
-from normlab.surgery.replace import is_layer_norm
+from normlab.surgery.replace import is_norm_layer
 
-__all__ = ["Tracker", "is_centring_norm"]
+__all__ = ["Tracker", "is_centering_norm"]
 
 
-def is_centring_norm(module: nn.Module) -> bool:
+def is_centering_norm(module: nn.Module) -> bool:
     """Whether ``module`` is a LayerNorm that subtracts the mean (torch's or normlab's)."""
     return isinstance(module, nn.LayerNorm | LayerNorm)
 
@@ -38,9 +38,9 @@ def _linear_like(module: nn.Module) -> bool:
 
 
 def _classify(module: nn.Module) -> str:
-    if is_centring_norm(module):
+    if is_centering_norm(module):
         return "ln"
-    if is_layer_norm(module):
+    if is_norm_layer(module):
         return "norm"
     if _linear_like(module):
         return "linear"

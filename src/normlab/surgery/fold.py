@@ -12,13 +12,16 @@ For each LayerNorm that :func:`~normlab.surgery.fold_detect.analyze_fold` finds 
    ``gamma`` as weight when there is no ``beta`` and the readers are not all linear).
 
 With zero-mean input ``LN(x) = gamma * x / sqrt(mean(x^2) + eps) + beta``, so the model's
-function is unchanged up to rounding. All arithmetic is done in float64 and cast back.
+function is unchanged up to rounding. All arithmetic is done in float64 and cast back, and
+the result is verified against the model's own float32 rounding noise
+(:func:`~normlab.surgery.fold_verify.verify_transform`), not a fixed tolerance.
 Weights shared between a writer and another module (tied input/output embeddings) are
 untied first: the other module gets its own copy, reported in the result.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +31,8 @@ from torch import nn
 
 from normlab.layers.norms import RMSNorm
 from normlab.surgery.fold_detect import FoldAnalysis, analyze_fold, run_example
+from normlab.surgery.fold_verify import FoldCheck, model_output, verify_transform
+from normlab.surgery.structure import tag_build
 
 __all__ = ["FoldResult", "apply_fold_structure", "fold_layernorms", "model_output"]
 
@@ -43,6 +48,7 @@ class FoldResult:
         added_bias: reader modules that received a bias to absorb ``beta``.
         rmsnorm: per folded name, ``{"size", "eps", "affine"}`` of its RMSNorm.
         max_abs_change: max ``|output_after - output_before|`` on the example, or None.
+        check: the verification against float64 (:class:`FoldCheck`), or None.
     """
 
     analysis: FoldAnalysis
@@ -51,6 +57,7 @@ class FoldResult:
     added_bias: tuple[str, ...]
     rmsnorm: Mapping[str, Mapping[str, Any]]
     max_abs_change: float | None = None
+    check: FoldCheck | None = None
 
     def structure(self) -> dict[str, Any]:
         """The module changes, enough to rebuild the folded model before loading weights."""
@@ -65,21 +72,9 @@ class FoldResult:
             "analysis": self.analysis.to_dict(),
             "folded": list(self.folded),
             "max_abs_change": self.max_abs_change,
+            "check": None if self.check is None else self.check.to_dict(),
             **self.structure(),
         }
-
-
-def model_output(out: Any) -> torch.Tensor:
-    """The main tensor of a model's return value: logits, last hidden state or first item."""
-    for attr in ("logits", "last_hidden_state"):
-        value = getattr(out, attr, None)
-        if isinstance(value, torch.Tensor):
-            return value
-    if isinstance(out, tuple | list):
-        return model_output(out[0])
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"Cannot find an output tensor in a {type(out).__name__}.")
-    return out
 
 
 def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
@@ -102,7 +97,9 @@ def _add_bias(module: nn.Module) -> None:
 
 def _rmsnorm(size: int, eps: float, affine: bool, like: torch.Tensor | None) -> RMSNorm:
     factory = {} if like is None else {"device": like.device, "dtype": like.dtype}
-    return RMSNorm(size, eps=eps, elementwise_affine=affine, **factory)
+    norm = RMSNorm(size, eps=eps, elementwise_affine=affine, **factory)
+    tag_build(norm, "rmsnorm", size, {"eps": eps, "elementwise_affine": affine})
+    return norm
 
 
 def apply_fold_structure(model: nn.Module, structure: Mapping[str, Any]) -> None:
@@ -142,7 +139,9 @@ def fold_layernorms(
             the analysis and, with ``verify``, the before/after comparison.
         tied: "untie" (copy shared writer weights into the other holder) or "refuse".
         only: fold only these LayerNorms (all foldable ones by default).
-        verify: measure ``max |output_after - output_before|`` on ``example``.
+        verify: measure ``max |output_after - output_before|`` on ``example`` and check
+            the folded model against the unfolded one evaluated in float64
+            (``result.check``; this keeps a copy of the model while folding).
 
     Returns:
         A :class:`FoldResult`; ``result.analysis.refused`` holds the reasons for the rest.
@@ -157,6 +156,7 @@ def fold_layernorms(
     was_training = {id(m): t for m, t in modes}
     model.eval()
     before = model_output(run_example(model, example)).detach().clone() if verify else None
+    original = copy.deepcopy(model) if verify else None
     writers = list(dict.fromkeys(w for s in sites for w in s.writers))
     untied = tuple(p for p in analysis.tied if p[0] in writers)
     for writer, other in untied:
@@ -213,11 +213,13 @@ def fold_layernorms(
         parent, child = _parent(model, site.name)
         setattr(parent, child, new)
         specs[site.name] = spec
-    change = None
+    change, check = None, None
     if before is not None:
         after = model_output(run_example(model, example))
         change = float((after.double() - before.double()).abs().max())
+        if sites:
+            check = verify_transform(original, model, example)
     for m, training in modes:
         m.training = training
     folded = tuple(s.name for s in sites)
-    return FoldResult(analysis, folded, untied, tuple(added), specs, change)
+    return FoldResult(analysis, folded, untied, tuple(added), specs, change, check)

@@ -31,10 +31,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from normlab.surgery._fold_ops import Tracker, is_centring_norm
+from normlab.surgery._fold_ops import Tracker, is_centering_norm
 from normlab.surgery._fold_rules import Status
 
-__all__ = ["FoldAnalysis", "FoldSite", "analyze_fold", "is_centring_norm", "run_example"]
+__all__ = ["FoldAnalysis", "FoldSite", "analyze_fold", "is_centering_norm", "run_example"]
 
 
 @dataclass(frozen=True)
@@ -229,7 +229,7 @@ def analyze_fold(
     holders = _holders(model)
     sites, pairs = [], []
     for name, module in model.named_modules():
-        if name and is_centring_norm(module):
+        if name and is_centering_norm(module):
             site, untie = _site(name, module, tracker, holders, tied)
             sites.append(site)
             pairs += untie

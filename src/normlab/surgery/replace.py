@@ -10,10 +10,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from normlab._registry import get
+from normlab._registry import get, methods
 from normlab.layers.norms import LayerNorm, RMSNorm
+from normlab.surgery.structure import tag_build
 
-__all__ = ["Replacement", "is_layer_norm", "norm_eps", "norm_size", "replace_norms"]
+__all__ = ["Replacement", "is_norm_layer", "norm_eps", "norm_size", "replace_norms"]
 
 _NORM_TYPES: tuple[type[nn.Module], ...] = (nn.LayerNorm, nn.RMSNorm, LayerNorm, RMSNorm)
 
@@ -38,9 +39,11 @@ class Replacement:
         return asdict(self)
 
 
-def is_layer_norm(module: nn.Module) -> bool:
-    """Whether ``module`` is a LayerNorm or RMSNorm: torch's, normlab's, or a model
-    library's own class (``LlamaRMSNorm``, ``T5LayerNorm``, ...), recognised by name."""
+def is_norm_layer(module: nn.Module) -> bool:
+    """Whether ``module`` is a norm layer, a LayerNorm *or* an RMSNorm: torch's, normlab's,
+    or a model library's own class (``LlamaRMSNorm``, ``T5LayerNorm``, ...), recognised by
+    name. For LayerNorms that subtract the mean only, see
+    :func:`normlab.surgery.is_centering_norm`."""
     if isinstance(module, _NORM_TYPES):
         return True
     name = type(module).__name__
@@ -95,9 +98,9 @@ def _copy_affine(old: nn.Module, new: nn.Module) -> None:
 
 def replace_norms(
     model: nn.Module,
-    to: str | Callable[..., nn.Module] = "dyt",
+    to: str | Callable[..., nn.Module],
     *,
-    match: Callable[[nn.Module], bool] = is_layer_norm,
+    match: Callable[[nn.Module], bool] = is_norm_layer,
     site_kwargs: Callable[[str], dict[str, Any]] | None = None,
     copy_affine: bool = True,
     **kwargs: Any,
@@ -110,14 +113,27 @@ def replace_norms(
     of matching shape is copied (norms stored as ``1 + weight``, as in Gemma, need
     ``copy_affine=False``).
 
+    Norms built from a registered name carry a build record, so
+    :func:`normlab.models.checkpoint.save_model` persists the replacement and
+    :func:`~normlab.models.checkpoint.load_model` (or, for Hugging Face models, the Auto
+    classes normlab registers) rebuilds it; a model changed with a callable ``to`` cannot
+    be saved that way and :func:`~normlab.models.checkpoint.save_model` refuses it.
+
     Args:
         model: the model to change in place.
-        to: a registered norm name (e.g. ``"dyt"``, ``"rmsnorm"``) or a module builder.
+        to: a registered norm name (e.g. ``"dyt"``, ``"rmsnorm"``) or a module builder;
+            required. With the default ``match``, a registered norm must normalize the last
+            dimension (layout "features_last"), like the LayerNorm/RMSNorm sites it
+            replaces; a custom ``match`` takes responsibility for the layout.
         match: which modules to replace; LayerNorm/RMSNorm-like modules by default.
         site_kwargs: per-site extra arguments from the qualified module name, e.g.
             ``lambda name: {"alpha_init": llm_alpha_init(name)}`` for DyT.
         copy_affine: copy the old weight and bias into the new module.
         **kwargs: arguments for every new module.
+
+    Raises:
+        ValueError: when ``to`` is not a registered norm, or is one whose layout does not
+            fit a features-last site (e.g. QuadNorm, which reads ``(batch, C, *grid)``).
 
     Example:
         >>> replaced = replace_norms(model, "dyt", alpha_init=0.5)
@@ -126,9 +142,17 @@ def replace_norms(
         method = get(to)
         if method.kind != "norm":
             raise ValueError(f"{to!r} is a {method.kind} method; replace_norms needs a norm.")
+        if method.layout != "features_last" and match is is_norm_layer:
+            fits = ", ".join(m.name for m in methods("norm") if m.layout == "features_last")
+            raise ValueError(
+                f"{to!r} is a {method.layout} norm, but the LayerNorm/RMSNorm sites "
+                "replace_norms swaps normalize the last dimension of (..., features); "
+                f"use a features_last norm: {fits}."
+            )
         builder: Callable[..., nn.Module] = method.builder
+        registered = method.name
     else:
-        builder = to
+        builder, registered = to, None
     targets = [(name, module) for name, module in model.named_modules() if name and match(module)]
     replaced = []
     for name, old in targets:
@@ -140,6 +164,8 @@ def replace_norms(
         if eps is not None and "eps" not in kw and _accepts(builder, "eps"):
             kw["eps"] = eps
         new = builder(size if len(size) > 1 else size[0], **kw).to(**_factory(old, model))
+        if registered is not None:  # save_model rebuilds it from this record
+            tag_build(new, registered, size, kw)
         if copy_affine:
             _copy_affine(old, new)
         parent_name, _, child = name.rpartition(".")

@@ -11,22 +11,26 @@ from collections.abc import Mapping
 from typing import Any
 
 from normlab.models.gpt import GPTConfig, TinyGPT
-from normlab.models.lm import TrainConfig, train_lm
+from normlab.models.lm import LMTrainConfig, train_lm
 
 __all__ = ["SETTINGS", "VARIANTS", "gpt_config", "train_config", "trained"]
 
-#: Sparser variants of the dense model: (GPTConfig overrides, weight decay). Weight decay
-#: 0.3 is the seed recipe's; GQA shares one key/value head among all query heads; the
-#: MoE-lite activates 2 of 4 experts per token (same active width as the dense MLP).
-VARIANTS: dict[str, tuple[dict[str, Any], float]] = {
-    "dense": ({}, 0.0),
-    "weight-decay": ({}, 0.3),
-    "gqa": ({"kv_heads": 1}, 0.0),
-    "moe": ({"moe_experts": 4, "moe_top_k": 2}, 0.0),
-    "ln-scaling": ({"ln_scaling": True}, 0.0),
+#: Sparser variants of the dense model: (GPTConfig overrides, uses weight decay). The
+#: weight-decay variant's strength is the setting ``weight_decay`` (0.3, the seed recipe's,
+#: at full scale; larger at quick scale so that a short run's weights actually shrink);
+#: GQA shares one key/value head among all query heads; the MoE-lite activates 2 of 4
+#: experts per token (same active width as the dense MLP).
+VARIANTS: dict[str, tuple[dict[str, Any], bool]] = {
+    "dense": ({}, False),
+    "weight-decay": ({}, True),
+    "gqa": ({"kv_heads": 1}, False),
+    "moe": ({"moe_experts": 4, "moe_top_k": 2}, False),
+    "ln-scaling": ({"ln_scaling": True}, False),
 }
 
-#: Architecture and training per scale.
+#: Architecture and training per scale. Quick trains 250 steps: at 150 the dense model
+#: reached 3.83 validation bits per byte, short of the 3.8 the depth claims require of it
+#: (at 250, seed 0: 3.45-3.70 on three evaluation seeds).
 SETTINGS: dict[str, dict[str, Any]] = {
     "smoke": {
         "d_model": 16,
@@ -37,16 +41,18 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "batch": 8,
         "lr": 3e-3,
         "warmup": 2,
+        "weight_decay": 2.0,
     },
     "quick": {
         "d_model": 32,
         "n_layers": 8,
         "n_heads": 4,
         "context": 64,
-        "steps": 150,
+        "steps": 250,
         "batch": 16,
         "lr": 3e-3,
         "warmup": 20,
+        "weight_decay": 2.0,
     },
     "full": {
         "d_model": 64,
@@ -57,6 +63,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "batch": 32,
         "lr": 2e-3,
         "warmup": 100,
+        "weight_decay": 0.3,
     },
 }
 
@@ -68,10 +75,11 @@ def gpt_config(config: Mapping[str, Any], variant: str = "dense") -> GPTConfig:
     return GPTConfig(**arch, **overrides)
 
 
-def train_config(config: Mapping[str, Any], variant: str = "dense") -> TrainConfig:
+def train_config(config: Mapping[str, Any], variant: str = "dense") -> LMTrainConfig:
     """The training settings of ``variant`` at the settings ``config``."""
-    _, weight_decay = VARIANTS[variant]
-    return TrainConfig(
+    _, decays = VARIANTS[variant]
+    weight_decay = float(config["weight_decay"]) if decays else 0.0
+    return LMTrainConfig(
         steps=config["steps"],
         batch=config["batch"],
         lr=config["lr"],

@@ -1,4 +1,4 @@
-"""Claim "fold-ln": foldable LayerNorms convert to RMSNorm exactly, for an inference speedup.
+"""Claim "fold-ln": folding foldable LayerNorms into RMSNorm speeds up CPU inference.
 
 The seed defines a LayerNorm as foldable when its centring can be moved into the linear
 layers that write its input (column-centred weights), gives a graph-based detection
@@ -10,14 +10,27 @@ foldable set follows from the structure (the *analysis*): every LayerNorm of a p
 TinyGPT (dense or MoE) and of Hugging Face GPT-2 (tied head untied); the MLP norms but not
 the attention norms of a gated-attention TinyGPT (the gate reads the normalized input
 directly); none in a post-LN TinyGPT, a BERT, or a ConvNeXt-like block (depthwise-conv
-writer). Each foldable model (LayerNorm gamma/beta randomised, and the trained TinyGPT of
-"curse-of-depth") is folded and its logits compared in float32; the trained TinyGPT's CPU
-forward time is measured before and after folding, interleaved, in the same process.
+writer). The structural rule: a LayerNorm is foldable when every path that writes its
+input is a sum of outputs of linear maps (embeddings, ``nn.Linear``, residual additions)
+whose columns can be centred, and nothing but other foldable LayerNorms reads the
+un-normalized sum; a depthwise conv, a post-LN residual (the sum is normalized and then read
+raw by the next block) or a raw read of the stream (the gate of gated attention) breaks it.
+Detection against this rule and exactness of the fold (LayerNorm gamma/beta randomised,
+logits compared in float32) are implementation checks, run once.
+
+The primary effect is the seed's speedup: the trained TinyGPT of "curse-of-depth" is folded
+and its RMSNorms run with normlab's fastest RMSNorm, torch's fused ``F.rms_norm``
+(:class:`FusedRMSNorm`; normlab's own :class:`~normlab.layers.RMSNorm` composes five
+kernels and is slower than the fused LayerNorm it replaces, measured as a secondary). CPU
+forward times of the LayerNorm and the folded model are interleaved in one process; the
+per-seed ratio uses the fastest repetition of each, the estimator least sensitive to other
+processes on the machine (the report's tasks share its cores; the interval over seeds
+carries the remaining noise).
 """
 
 from __future__ import annotations
 
-import math
+import copy
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,15 +42,63 @@ from torch import nn
 
 from normlab.claims.catalogue._depth_models import SETTINGS, trained
 from normlab.claims.common import cell, seed_everything
-from normlab.claims.core import Claim, Effect, register_claim
+from normlab.claims.core import (
+    Check,
+    CheckOutcome,
+    Claim,
+    Effect,
+    Margin,
+    Precondition,
+    register_claim,
+)
 from normlab.data.corpus import corpus, sample_batch
 from normlab.layers.norms import LayerNorm as NormlabLayerNorm
+from normlab.layers.norms import RMSNorm
 from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.papers import paper
 from normlab.surgery.fold import fold_layernorms
 from normlab.surgery.fold_detect import analyze_fold
 
-__all__ = ["CLAIM"]
+__all__ = ["CLAIM", "FusedRMSNorm", "fuse_rmsnorms"]
+
+
+class FusedRMSNorm(nn.Module):
+    """RMSNorm through torch's fused ``F.rms_norm``: ``x / sqrt(mean(x^2) + eps) * weight``.
+
+    Same numbers as :class:`~normlab.layers.RMSNorm` (Zhang & Sennrich, 2019), one kernel.
+
+    Args:
+        normalized_shape: trailing feature shape.
+        weight: the gain, or None.
+        eps: added to the mean square; None for the input dtype's machine epsilon.
+    """
+
+    def __init__(
+        self, normalized_shape: tuple[int, ...], *, weight: torch.Tensor | None, eps: float | None
+    ) -> None:
+        super().__init__()
+        self.normalized_shape, self.eps = tuple(normalized_shape), eps
+        self.weight = None if weight is None else nn.Parameter(weight.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}"
+
+
+def fuse_rmsnorms(model: nn.Module) -> int:
+    """Replace every normlab :class:`RMSNorm` of ``model`` by :class:`FusedRMSNorm`, in place.
+
+    Returns the number replaced.
+    """
+    names = [n for n, m in model.named_modules() if isinstance(m, RMSNorm)]
+    for name in names:
+        old = model.get_submodule(name)
+        parent, _, leaf = name.rpartition(".")
+        new = FusedRMSNorm(old.normalized_shape, weight=old.weight, eps=old.eps)
+        setattr(model.get_submodule(parent) if parent else model, leaf, new)
+    return len(names)
 
 
 class _ConvNeXtLike(nn.Module):
@@ -126,89 +187,106 @@ def _forward_time(model: nn.Module, x: torch.Tensor) -> float:
     return time.perf_counter() - start
 
 
-def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Detection against the analysis, exactness of the fold, and CPU forward speedup."""
-    generator = seed_everything(seed)
-    table: dict[str, dict[str, float]] = {}
-    reasons: dict[str, Any] = {}
-    names = list(config["archs"])
-    for name in names:
+def _zoo(config: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Detection against the structural rule and fold exactness on every architecture."""
+    generator = torch.Generator().manual_seed(0)
+    rows: dict[str, dict[str, float]] = {}
+    for name in config["archs"]:
         build, expected_fn, kind = _ARCHS[name]
-        torch.manual_seed(seed)
+        torch.manual_seed(0)
         model = build().eval()
         _randomise_norms(model, generator)
         ids = torch.randint(0, 64, (2, 16), generator=generator)
         example = {"input_ids": ids} if kind == "hf" else ids
         analysis = analyze_fold(model, example)
-        expected = expected_fn(model)
         row = {
-            "layernorms": float(len(analysis.sites)),
-            "foldable": float(len(analysis.foldable)),
-            "expected": float(len(expected)),
-            "match": float(set(analysis.foldable) == expected),
+            "layernorms": len(analysis.sites),
+            "foldable": len(analysis.foldable),
+            "match": float(set(analysis.foldable) == expected_fn(model)),
         }
         if analysis.foldable:
             row["max_abs_change"] = float(fold_layernorms(model, example).max_abs_change or 0.0)
-        table[name] = row
-        reasons[name] = {k: list(v) for k, v in analysis.refused.items()}
-    model, _ = trained(config, seed, "dense")
-    x, _ = sample_batch(
-        corpus("val"),
-        config["eval_batch"],
-        config["context"],
-        torch.Generator().manual_seed(40_000 + seed),
+        rows[name] = row
+    return rows
+
+
+def _check_detection(config: Mapping[str, Any]) -> CheckOutcome:
+    rows = _zoo(config)
+    wrong = [n for n, r in rows.items() if r["match"] != 1.0]
+    found = ", ".join(f"{n} {r['foldable']}/{r['layernorms']}" for n, r in rows.items())
+    return CheckOutcome(
+        not wrong,
+        float(len(wrong)),
+        f"foldable/total LayerNorms: {found}; mismatches with the structural rule: "
+        f"{', '.join(wrong) or 'none'}",
     )
+
+
+def _check_exact(config: Mapping[str, Any]) -> CheckOutcome:
+    rows = _zoo(config)
+    worst = max((r["max_abs_change"] for r in rows.values() if "max_abs_change" in r), default=0.0)
+    return CheckOutcome(
+        worst <= 1e-5,
+        worst,
+        f"max |logits after - before| over the folded models (fp32, random gamma/beta) "
+        f"{worst:.1e} <= 1e-5",
+    )
+
+
+def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """CPU forward times of the trained TinyGPT with LayerNorm and folded, interleaved."""
+    seed_everything(seed)
+    x, _ = sample_batch(
+        corpus("val"), config["eval_batch"], config["context"],
+        torch.Generator().manual_seed(40_000 + seed),
+    )  # fmt: skip
+    models = {"layernorm": trained(config, seed, "dense")[0]}
     folded, _ = trained(config, seed, "dense")
     result = fold_layernorms(folded, x)
-    times: dict[str, list[float]] = {"layernorm": [], "folded": []}
+    models["folded-normlab"] = folded
+    fused = copy.deepcopy(folded)
+    fuse_rmsnorms(fused)
+    models["folded-fused"] = fused
+    with torch.no_grad():
+        fused_change = float((fused(x) - models["layernorm"](x)).abs().max())
+    times: dict[str, list[float]] = {k: [] for k in models}
     for _ in range(config["warmup_reps"]):
-        _forward_time(model, x), _forward_time(folded, x)
-    for _ in range(config["reps"]):  # interleaved so drifts in machine load hit both
-        times["layernorm"].append(_forward_time(model, x))
-        times["folded"].append(_forward_time(folded, x))
-    t_ln, t_rms = (statistics.median(times[k]) for k in ("layernorm", "folded"))
-    table["trained-tinygpt"] = {
-        "layernorms": float(len(result.analysis.sites)),
-        "foldable": float(len(result.folded)),
-        "expected": float(len(result.analysis.sites)),
-        "match": float(len(result.folded) == len(result.analysis.sites)),
-        "max_abs_change": float(result.max_abs_change or 0.0),
-        "forward_ms": 1000 * t_ln,
-        "forward_ms_folded": 1000 * t_rms,
-        "speedup": t_ln / t_rms,
+        for model in models.values():
+            _forward_time(model, x)
+    for _ in range(config["reps"]):  # interleaved so drifts in machine load hit all alike
+        for name, model in models.items():
+            times[name].append(_forward_time(model, x))
+    table: dict[str, dict[str, float]] = {
+        name: {
+            "forward_ms_min": 1000 * min(t),
+            "forward_ms_median": 1000 * statistics.median(t),
+        }
+        for name, t in times.items()
     }
-    return {"table": table, "reasons": reasons, "times": times}
+    table["fold"] = {
+        "folded": len(result.folded),
+        "layernorms": len(result.analysis.sites),
+        "max_abs_change": max(float(result.max_abs_change or 0.0), fused_change),
+    }
+    return {"table": table, "times": times}
 
 
-def _rows(m: Mapping[str, Any]) -> list[str]:
-    return list(m["table"])
-
-
-def _detection(m: Mapping[str, Any]) -> float:
-    rows = _rows(m)
-    return sum(cell(m, r, "match") for r in rows) / len(rows) - 0.99
-
-
-def _exact(m: Mapping[str, Any]) -> float:
-    worst = max(m["table"][r].get("max_abs_change", 0.0) for r in _rows(m))
-    return math.log10(1e-5 / max(worst, 1e-30))
+def _speedup(name: str) -> Any:
+    return lambda m: cell(m, "layernorm", "forward_ms_min") / cell(m, name, "forward_ms_min") - 1.0
 
 
 def _figure(measurements: Sequence[dict[str, Any]]):
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
-    m = measurements[0]
-    rows = [r for r in _rows(m) if "max_abs_change" in m["table"][r]]
-    ax1.bar(rows, [max(m["table"][r]["max_abs_change"], 1e-12) for r in rows])
-    ax1.axhline(1e-5, color="k", ls="--", lw=0.8)
-    ax1.set(yscale="log", ylabel="max |delta logits| (fp32)")
-    ax1.tick_params(axis="x", rotation=30, labelsize=7)
-    ax2.bar(
-        range(len(measurements)), [cell(x, "trained-tinygpt", "speedup") for x in measurements]
-    )
-    ax2.axhline(1.0, color="k", lw=0.8)
-    ax2.set(xlabel="seed", ylabel="CPU forward speedup (LN time / folded time)")
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    for j, name in enumerate(("folded-fused", "folded-normlab")):
+        values = [100 * _speedup(name)(m) for m in measurements]
+        ax.plot(range(len(values)), values, "o", color=f"C{j}", label=name)
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.axhspan(2, 12, color="C2", alpha=0.15, label="seed's 2-12%")
+    ax.set(xlabel="seed", ylabel="CPU forward speedup over LayerNorm (%)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -222,35 +300,58 @@ CLAIM = register_claim(
         paper=paper("fold-ln"),
         hypothesis=(
             "LayerNorms whose writers are column-centrable linear maps are detected and "
-            "converted to RMSNorm without changing the logits (<= 1e-5 in fp32), making CPU "
-            "inference faster."
+            "converted to RMSNorm without changing the logits (<= 1e-5 in fp32), and the "
+            "folded model runs faster on a CPU by at least the seed's 2%."
         ),
-        metrics=("layernorms", "foldable", "expected", "match", "max_abs_change", "speedup"),
-        effects=(
+        primary=Effect(
+            "cpu_speedup",
+            "trained TinyGPT CPU forward time with LayerNorm over the folded model's (fused "
+            "F.rms_norm), minus 1 (fastest of interleaved repetitions)",
+            _speedup("folded-fused"),
+            direction="greater",
+            margin=Margin(0.02, "paper: end-to-end speedup of 2% to 12%, low end"),
+            baseline="the same model with LayerNorm",
+        ),
+        secondary=(
             Effect(
-                "detection_matches",
-                "share of architectures whose detected foldable set equals the structural "
-                "analysis, minus 0.99 (positive only when all match)",
-                _detection,
+                "cpu_speedup_normlab_rmsnorm",
+                "as cpu_speedup, the folded model running normlab's composed RMSNorm",
+                _speedup("folded-normlab"),
+                direction="greater",
+                margin=Margin(0.02, "paper: end-to-end speedup of 2% to 12%, low end"),
+                baseline="the same model with LayerNorm",
             ),
-            Effect(
-                "exact",
-                "log10(1e-5 / worst max |delta logits|) over the folded models (fp32)",
-                _exact,
+        ),
+        checks=(
+            Check(
+                "detection_matches_rule",
+                "the detected foldable set equals the structural rule's (module docstring) "
+                "on pre-LN, MoE, gated-attention and post-LN TinyGPT, GPT-2, BERT and a "
+                "ConvNeXt-like block",
+                _check_detection,
             ),
-            Effect(
-                "cpu_speedup",
-                "trained TinyGPT CPU forward time, LayerNorm over folded, minus 1 (medians of "
-                "interleaved runs; timing on a shared machine is noisy)",
-                lambda m: cell(m, "trained-tinygpt", "speedup") - 1.0,
+            Check(
+                "fold_exact",
+                "folding changes no logit by more than 1e-5 (fp32, random gamma/beta)",
+                _check_exact,
+            ),
+        ),
+        preconditions=(
+            Precondition(
+                "timed_fold_exact",
+                "max |logit change| of the timed (trained) model after folding",
+                lambda m: cell(m, "fold", "max_abs_change"),
+                op="<=",
+                threshold=1e-5,
+                source="normlab's choice: a speedup only counts for an exact conversion",
             ),
         ),
         headline="Many LayerNorms in common architectures are foldable: exact conversion, "
         "2-12% end-to-end speedup.",
         setup=(
             "Fold analysis on pre-LN / MoE / gated-attention / post-LN TinyGPT, HF GPT-2 and "
-            "BERT (from configs) and a ConvNeXt-like block; fold with randomised gamma/beta and "
-            "on the trained TinyGPT of curse-of-depth; CPU forward timing before/after."
+            "BERT (from configs) and a ConvNeXt-like block (checks); the trained TinyGPT of "
+            "curse-of-depth folded and timed on the CPU against its LayerNorm original."
         ),
         configs={
             "smoke": {
@@ -262,7 +363,7 @@ CLAIM = register_claim(
                 "archs": [a for a in _ARCH_NAMES if a not in ("gpt2", "bert")],
             },
             "quick": {
-                "seeds": 3,
+                "seeds": 5,
                 **SETTINGS["quick"],
                 "eval_batch": 16,
                 **_TIMING,
@@ -278,7 +379,12 @@ CLAIM = register_claim(
             },
         },
         run=run,
-        key=("max_abs_change", "trained-tinygpt", "gpt2"),
         figure=_figure,
+        caption=(
+            "Per seed, the CPU speedup of the folded model over the LayerNorm one, with "
+            "fused F.rms_norm (blue) and normlab's composed RMSNorm (orange); the shaded band "
+            "is the seed's 2-12%."
+        ),
+        version=2,
     )
 )

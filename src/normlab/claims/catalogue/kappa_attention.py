@@ -4,18 +4,19 @@ The seed derives two score normalizers by maximising a generalized entropy plus 
 on the simplex (:func:`normlab.functional.kappa_softmax`, :func:`normlab.functional.abe_softmax`)
 and says that they recover softmax in the limit, have algebraic instead of exponential
 tails, that Abe's reciprocal symmetry ``q <-> 1/q`` removes the odd-order corrections, and
-that a language model trained with kappa-attention matches softmax. Four measurements, the
-first three in float64 on random score rows of the seed:
+that kappa-attention is a usable attention normalizer. The operator properties are
+deterministic and are implementation checks, run once in float64 on fixed random score rows:
 
-(a) ``max |kappa_softmax(kappa) - softmax|`` at ``kappa = 1e-3``; supports when below 1e-3.
+(a) ``max |kappa_softmax(kappa) - softmax|`` at ``kappa = 1e-3`` is below 1e-3;
 (b) the fitted log-log slope of ``p`` against the distance ``d`` of a score below the row
-    maximum, for ``d`` in ``[1e2, 1e4]``, against the predicted ``-1/kappa``; supports when
-    within 10% for every ``kappa`` tried.
-(c) ``D(eps) = ||abe_softmax(q = e^eps) - softmax||`` at two or more ``eps``: a vanishing
-    first-order term means ``D ~ eps^2``; supports when the fitted order exceeds 1.5.
-(d) TinyGPT with kappa-softmax vs softmax attention, same data, steps and seed: relative
-    validation bits-per-byte gap; supports when kappa-softmax is not worse than softmax by
-    more than the stated margin (one-sided: a better kappa model also supports).
+    maximum, for ``d`` in ``[1e2, 1e4]``, is within 10% of the predicted ``-1/kappa``;
+(c) ``D(eps) = ||abe_softmax(q = e^eps) - softmax||`` grows with order > 1.5 in ``eps`` (no
+    first-order term) and ``abe(q) = abe(1/q)`` to 1e-12.
+
+The one stochastic effect, and the primary: a TinyGPT with kappa-softmax attention against
+the same TinyGPT with softmax (same data, steps and seed), validation bits per byte,
+non-inferiority within a stated margin. The seed does not report a language-model number;
+the margin is normlab's choice.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ import numpy as np
 import torch
 
 from normlab.claims.common import QUICK_GPT, cell, loglog_slope, seed_everything
-from normlab.claims.core import Claim, Effect, register_claim
+from normlab.claims.core import Check, CheckOutcome, Claim, Effect, Margin, register_claim
 from normlab.functional import abe_softmax, kappa_softmax
 from normlab.models.gpt import GPTConfig
-from normlab.models.lm import TrainConfig, evaluate_bpb, train_lm
+from normlab.models.lm import LMTrainConfig, evaluate_bpb, train_lm
 from normlab.papers import paper
 
 __all__ = ["CLAIM", "abe_deviation", "softmax_limit", "tail_exponent"]
@@ -105,10 +106,10 @@ def abe_deviation(
     return row, {"eps": eps, "deviation": dev}
 
 
-def _language_model(config: Mapping[str, Any], seed: int) -> tuple[dict, dict]:
-    arch = {k: config[k] for k in ("d_model", "n_layers", "n_heads", "context")}
+def _train_config(config: Mapping[str, Any]) -> LMTrainConfig:
+    # Identical to guaranteed-approx's, so both claims share the cached softmax model.
     steps = config["steps"]
-    train = TrainConfig(
+    return LMTrainConfig(
         steps=steps,
         batch=config["batch"],
         lr=config["lr"],
@@ -116,58 +117,68 @@ def _language_model(config: Mapping[str, Any], seed: int) -> tuple[dict, dict]:
         eval_every=max(1, steps // 4),
         eval_batches=2,
     )
+
+
+def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """TinyGPT with softmax and with kappa-softmax attention: validation bits per byte."""
+    seed_everything(seed)
+    arch = {k: config[k] for k in ("d_model", "n_layers", "n_heads", "context")}
     table: dict[str, dict[str, float]] = {}
     curves: dict[str, Any] = {}
     for name, kwargs in (("softmax", {}), ("kappa-softmax", {"kappa": config["lm_kappa"]})):
         gpt = GPTConfig(norm="layernorm", score=name, score_kwargs=kwargs, **arch)
-        model, log = train_lm(gpt, train, seed)
+        model, log = train_lm(gpt, _train_config(config), seed)
         bpb = evaluate_bpb(model, split="val", batches=config["eval_batches"], batch=16, seed=seed)
         table[name] = {"val_bpb": bpb, "train_seconds": float(log["seconds"])}
         curves[name] = {"step": log["eval_step"], "val_bpb": log["val_bpb"]}
-    base = table["softmax"]["val_bpb"]
-    table["lm"] = {
-        "relative_gap": (table["kappa-softmax"]["val_bpb"] - base) / base,
-        "margin": float(config["lm_margin"]),
-    }
-    return table, curves
+    return {"table": table, "curves": {"lm": curves}}
 
 
-def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Operator checks (a)-(c) in float64 and the TinyGPT comparison (d) for one seed."""
-    g = seed_everything(seed)
-    table: dict[str, dict[str, float]] = {"operator": softmax_limit(config, g)}
-    table["tail"], tail_curve = tail_exponent(config, g)
-    table["abe"], abe_curve = abe_deviation(config, g)
-    lm_table, lm_curves = _language_model(config, seed)
-    table.update(lm_table)
-    return {"table": table, "curves": {"tail": tail_curve, "abe": abe_curve, "lm": lm_curves}}
+def _check_limit(config: Mapping[str, Any]) -> CheckOutcome:
+    row = softmax_limit(config, torch.Generator().manual_seed(0))
+    tol = float(config["limit_tolerance"])
+    k0 = config["limit_kappas"][0]
+    return CheckOutcome(
+        row["max_err"] <= tol,
+        row["max_err"],
+        f"max |kappa_softmax(kappa={k0:g}) - softmax| = {row['max_err']:.2e} <= {tol:g}; "
+        f"fitted order in kappa {row['order_in_kappa']:.2f}",
+    )
+
+
+def _check_tail(config: Mapping[str, Any]) -> CheckOutcome:
+    row, _ = tail_exponent(config, torch.Generator().manual_seed(0))
+    worst = row["max_rel_error"]
+    slopes = ", ".join(f"{row[f'slope_kappa_{k:g}']:.3f}" for k in config["tail_kappas"])
+    return CheckOutcome(
+        worst <= 0.1,
+        worst,
+        f"tail slopes {slopes} vs -1/kappa; worst relative error {worst:.2%} <= 10%",
+    )
+
+
+def _check_abe(config: Mapping[str, Any]) -> CheckOutcome:
+    row, _ = abe_deviation(config, torch.Generator().manual_seed(0))
+    order, gap = row["order_in_eps"], row["reciprocal_gap"]
+    return CheckOutcome(
+        order > 1.5 and gap <= 1e-12,
+        order,
+        f"||abe(e^eps) - softmax|| ~ eps^{order:.2f} (> 1.5: no first-order term); "
+        f"max |abe(q) - abe(1/q)| = {gap:.1e} <= 1e-12",
+    )
 
 
 def _figure(measurements: Sequence[dict[str, Any]]):
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
-    tail = measurements[0]["curves"]["tail"]
-    for name, p in tail.items():
-        if name != "distance":
-            axes[0].loglog(tail["distance"], p, label=name.replace("_", " = "))
-    axes[0].set(xlabel="distance below the row maximum", ylabel="kappa-softmax weight")
-    axes[0].legend(fontsize=8)
-    for m in measurements:
-        c = m["curves"]["abe"]
-        axes[1].loglog(c["eps"], c["deviation"], "o-", color="C0", alpha=0.7)
-    eps = np.asarray(measurements[0]["curves"]["abe"]["eps"])
-    dev0 = measurements[0]["curves"]["abe"]["deviation"][0]
-    axes[1].loglog(eps, dev0 * (eps / eps[0]) ** 2, "k--", label="slope 2")
-    axes[1].set(xlabel="eps = ln q", ylabel="||abe - softmax||")
-    axes[1].legend(fontsize=8)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
     for k, m in enumerate(measurements):
         for j, (name, c) in enumerate(m["curves"]["lm"].items()):
-            axes[2].plot(
+            ax.plot(
                 c["step"], c["val_bpb"], color=f"C{j}", alpha=0.7, label=name if k == 0 else None
             )
-    axes[2].set(xlabel="step", ylabel="validation bits per byte")
-    axes[2].legend(fontsize=8)
+    ax.set(xlabel="step", ylabel="validation bits per byte")
+    ax.legend(fontsize=8, title="attention")
     fig.tight_layout()
     return fig
 
@@ -182,50 +193,54 @@ _OPERATOR = {
     "tail_points": 25,
     "abe_eps": (0.05, 0.1),
     "lm_kappa": 0.2,
-    "lm_margin": 0.03,
 }
+#: Non-inferiority margin of the LM comparison, in bits per byte.
+LM_MARGIN = 0.03
+
 CLAIM = register_claim(
     Claim(
         id="kappa-attention",
         paper=paper("kappa"),
         hypothesis=(
             "Kaniadakis kappa-softmax recovers softmax as kappa -> 0 and has an algebraic "
-            "tail p ~ d^(-1/kappa); Abe's q <-> 1/q symmetry removes the first-order "
-            "correction to softmax; a TinyGPT with kappa-softmax attention is within 3% of "
-            "softmax in validation bits per byte."
+            "tail p ~ d^(-1/kappa); Abe's q <-> 1/q symmetry removes the odd corrections to "
+            "softmax; a TinyGPT with kappa-softmax attention (kappa = 0.2) is no worse than "
+            "softmax by more than 0.03 validation bits per byte."
         ),
-        metrics=(
-            "max_err",
-            "order_in_kappa",
-            "max_rel_error",
-            "order_in_eps",
-            "reciprocal_gap",
-            "val_bpb",
-            "relative_gap",
+        primary=Effect(
+            "lm_bpb_gap",
+            "kappa-softmax minus softmax TinyGPT validation bits per byte",
+            lambda m: cell(m, "kappa-softmax", "val_bpb") - cell(m, "softmax", "val_bpb"),
+            direction="no_greater",
+            margin=Margin(
+                LM_MARGIN,
+                "normlab's choice: the seed gives no LM number; 0.03 bpb is about 1% of the "
+                "quick model's 3.3 bpb, a loss a practitioner would call parity",
+            ),
+            baseline="softmax attention",
+            unit="bpb",
         ),
-        effects=(
-            Effect(
+        checks=(
+            Check(
                 "recovers_softmax",
-                "max |kappa-softmax(kappa=1e-3) - softmax| is below the 1e-3 tolerance",
-                lambda m: cell(m, "operator", "tolerance") - cell(m, "operator", "max_err"),
+                "max |kappa-softmax(kappa = 1e-3) - softmax| <= 1e-3 (float64)",
+                _check_limit,
             ),
-            Effect(
+            Check(
                 "algebraic_tail",
-                "the fitted tail slope is within 10% of -1/kappa for every kappa tried",
-                lambda m: 0.1 - cell(m, "tail", "max_rel_error"),
+                "fitted tail slope within 10% of -1/kappa for kappa = 0.1, 0.2, 0.4",
+                _check_tail,
             ),
-            Effect(
-                "abe_no_first_order",
-                "||abe(e^eps) - softmax|| grows with order > 1.5 in eps (2 expected)",
-                lambda m: cell(m, "abe", "order_in_eps") - 1.5,
-            ),
-            Effect(
-                "lm_within_margin",
-                "kappa-softmax bits per byte exceed softmax's by less than the 3% margin",
-                lambda m: cell(m, "lm", "margin") - cell(m, "lm", "relative_gap"),
+            Check(
+                "abe_no_odd_terms",
+                "||abe(e^eps) - softmax|| has order > 1.5 in eps and abe(q) = abe(1/q)",
+                _check_abe,
             ),
         ),
-        headline="The seed reports operator properties and LM parity; its numbers are not public.",
+        headline=(
+            "Operator properties (softmax limit, algebraic tails, odd corrections removed by "
+            "q <-> 1/q); the seed reports no language-model number."
+        ),
         setup=(
             "Float64 operator checks on random score rows (N(0, 2^2), 64 keys): deviation "
             "from softmax at small kappa, tail slope at distances 1e2-1e4 for kappa 0.1/0.2/"
@@ -249,7 +264,7 @@ CLAIM = register_claim(
                 "eval_batches": 1,
             },
             "quick": {
-                "seeds": 3,
+                "seeds": 5,
                 **_OPERATOR,
                 **QUICK_GPT,
                 "steps": 400,
@@ -273,7 +288,11 @@ CLAIM = register_claim(
             },
         },
         run=run,
-        key=("val_bpb", "kappa-softmax", "softmax"),
         figure=_figure,
+        caption=(
+            "Validation bits per byte during training, one line per seed: the kappa-softmax "
+            "curves (orange) should end within 0.03 bpb of the softmax ones (blue)."
+        ),
+        version=2,
     )
 )

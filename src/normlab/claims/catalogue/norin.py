@@ -11,15 +11,20 @@ protocol (L = 96, 70/10/20 split, standardized scale):
   ``log delta in [log 0.3, log 30]``, ``epsilon in [-3, 3]``; each trial trains the
   backbone with the shape fixed and is scored by validation MSE; the selected trial's test
   MSE is NoRIN's.
-* baselines RevIN, Dish-TS, SAN and FAN, trained by the same trainer.
+* baselines RevIN, Dish-TS, SAN and FAN, trained by the same trainer, each given the same
+  selection budget: as many validated runs as NoRIN's trials (learning rate drawn
+  log-uniformly within half a decade of the default; the first at the default), the run
+  with the best validation MSE tested.
 
-Effects (positive supports): (a) ``log(delta_final / delta_init)`` of the joint run,
-averaged over configurations; (b) ``log(10 / delta*)`` averaged over configurations, i.e.
-BO-selected ``delta*`` below 10, where the moment-matched map still bends a 3-sigma value
-by more than 1% (at ``delta = 10, epsilon = 0`` it maps 3 to 2.96; the linear limit maps it
-to 3); (c) the mean relative test-MSE gain of NoRIN over RevIN,
-``(MSE_revin - MSE_norin) / MSE_revin``, over configurations (paired by configuration; the
-sign fraction and, with >= 6 configurations, a Wilcoxon signed-rank p-value are reported).
+Effects, per series (never averaged over series), in log10 test-MSE ratios, each paired by
+seed (same data, same backbone initialisation): the primary is the paper's "beats Dish-TS
+and SAN" (NoRIN against the better of the two) on the EPF prices; secondaries compare with
+each baseline on each series. ``delta*`` is judged against a placebo: a random pick from the
+search's own prior (log-uniform on [0.3, 30]) has mean ``log10 delta = log10 3`` and already
+lands below 10 with probability 0.76, so "far from the linear limit" means a mean
+``log10 delta*`` below the prior's. The joint run's drift ``log(delta_T / delta_0)`` is the
+degeneration problem. The per-configuration Wilcoxon test of NoRIN against RevIN is kept in
+the measurement (``paired``) for the full scale, where there are enough configurations.
 """
 
 from __future__ import annotations
@@ -27,14 +32,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from normlab.claims.common import seed_everything
-from normlab.claims.core import Claim, Effect, register_claim
+from normlab.claims.common import cell, seed_everything
+from normlab.claims.core import Claim, Effect, Margin, register_claim
 from normlab.data.series import Splits, named_series, split_windows
-from normlab.models.forecast_train import Forecaster, TrainConfig, fit_and_test
+from normlab.models.forecast_train import Forecaster, ForecastTrainConfig, fit_and_test
 from normlab.models.norin_tuning import tune_norin
 from normlab.papers import paper
 
@@ -49,11 +55,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "smoke": {
         **_COMMON,
         "seeds": 1,
-        "series": ["heavy_tailed"],
+        "series": ["epf_prices", "heavy_tailed"],
         "length": 1500,
         "horizons": [96],
         "backbones": ["linear"],
-        "trials": 2,
+        "trials": 1,
         "epochs": 2,
         "batches_per_epoch": 6,
         "pretrain_epochs": 1,
@@ -63,14 +69,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
     "quick": {
         **_COMMON,
-        "seeds": 3,
-        "series": ["epf_prices", "heavy_tailed", "vic_elec_hourly"],
-        "length": 8000,
+        "seeds": 5,
+        "series": ["epf_prices", "heavy_tailed"],
+        "length": 4000,
         "horizons": [96],
-        "backbones": ["linear", "mlp"],
-        "trials": 6,
-        "epochs": 6,
-        "batches_per_epoch": 30,
+        "backbones": ["linear"],
+        "trials": 4,
+        "epochs": 4,
+        "batches_per_epoch": 20,
         "pretrain_epochs": 2,
         "val_windows": 256,
         "test_windows": 1024,
@@ -78,8 +84,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
     "full": {
         **_COMMON,
-        "seeds": 3,
-        "series": ["vic_elec", "epf_fr_be", "heavy_tailed"],
+        "seeds": 5,
+        "series": ["epf_prices", "heavy_tailed", "vic_elec"],
         "length": None,
         "horizons": [96, 192, 336, 720],
         "backbones": ["linear", "dlinear", "mlp", "patch"],
@@ -95,8 +101,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
-def _train_config(config: Mapping[str, Any], *, joint: bool = False) -> TrainConfig:
-    return TrainConfig(
+def _train_config(config: Mapping[str, Any], *, joint: bool = False) -> ForecastTrainConfig:
+    return ForecastTrainConfig(
         epochs=int(config["epochs"]),
         batch=int(config["batch"]),
         lr=float(config["lr"]),
@@ -118,10 +124,23 @@ def _one_config(
     plain, joint = _train_config(config), _train_config(config, joint=True)
     n_test = config["test_windows"]
     rows: dict[str, dict[str, float]] = {}
-    for name in BASELINES:
-        _, _, rows[name] = fit_and_test(
-            name, backbone, splits, plain, seed=seed, periods=periods, test_windows=n_test
-        )
+    rng = np.random.default_rng(seed)
+    for name in BASELINES:  # the same selection budget as NoRIN: `trials` validated runs
+        best = (math.inf, {})
+        for trial in range(int(config["trials"])):
+            lr = plain.lr * (1.0 if trial == 0 else 10 ** rng.uniform(-0.5, 0.5))
+            _, result, test = fit_and_test(
+                name,
+                backbone,
+                splits,
+                replace(plain, lr=lr),
+                seed=seed,
+                periods=periods,
+                test_windows=n_test,
+            )
+            if result.val_mse < best[0]:
+                best = (result.val_mse, test)
+        rows[name] = best[1]
     trajectory: list[float] = []
 
     def record(epoch: int, model: Forecaster) -> None:
@@ -177,13 +196,22 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
                 searches[key] = out["search"]
                 fits[f"{name}/H{horizon}"] = out["fit"]
     methods = (*BASELINES, "norin", "norin-joint")
-    table = {
-        m: {
-            metric: float(np.mean([rows[m][metric] for rows in per_config.values()]))
-            for metric in ("mse", "mae")
+    table: dict[str, dict[str, float]] = {}
+    for name in config["series"]:
+        keys = [k for k in per_config if k.split("/")[0] == name]
+        for m in methods:
+            table[f"{name}/{m}"] = {
+                metric: float(np.mean([per_config[k][m][metric] for k in keys]))
+                for metric in ("mse", "mae")
+            }
+        deltas = [searches[k]["delta"] for k in keys]
+        table[f"{name}/shape"] = {
+            "log10_delta_star": float(np.mean(np.log10(deltas))),
+            "below_linear": float(np.mean([d < DELTA_LINEAR for d in deltas])),
+            "log_delta_drift": float(
+                np.mean([math.log(trajectories[k][-1] / trajectories[k][0]) for k in keys])
+            ),
         }
-        for m in methods
-    }
     return {
         "table": table,
         "per_config": per_config,
@@ -210,19 +238,20 @@ def _paired(per_config: Mapping[str, Mapping[str, Mapping[str, float]]]) -> dict
     return out
 
 
-def _drift(m: Mapping[str, Any]) -> float:
-    return float(np.mean([math.log(t[-1] / t[0]) for t in m["delta_trajectory"].values()]))
+#: Mean of log10(delta) under the search's own prior, log-uniform on [0.3, 30]: the placebo
+#: a random pick from the search space gives (and P(delta < 10) = 0.76 under it).
+PRIOR_LOG10_DELTA = 0.5 * (math.log10(0.3) + math.log10(30.0))
+PRIOR_BELOW_LINEAR = math.log(DELTA_LINEAR / 0.3) / math.log(30.0 / 0.3)
 
 
-def _far(m: Mapping[str, Any]) -> float:
-    return float(np.mean([math.log(DELTA_LINEAR / s["delta"]) for s in m["bo"].values()]))
+def _log_ratio(m: Mapping[str, Any], series: str, baseline: str) -> float:
+    return math.log10(cell(m, f"{series}/norin", "mse") / cell(m, f"{series}/{baseline}", "mse"))
 
 
-def _gain(m: Mapping[str, Any]) -> float:
-    rows = m["per_config"].values()
-    return float(
-        np.mean([(r["revin"]["mse"] - r["norin"]["mse"]) / r["revin"]["mse"] for r in rows])
-    )
+def _vs_dish_san(m: Mapping[str, Any], series: str) -> float:
+    """log10 of NoRIN's MSE over the better of Dish-TS and SAN (negative: beats both)."""
+    best = min(cell(m, f"{series}/{b}", "mse") for b in ("dish-ts", "san"))
+    return math.log10(cell(m, f"{series}/norin", "mse") / best)
 
 
 def figure(measurements: Sequence[Mapping[str, Any]]) -> Any:
@@ -248,27 +277,103 @@ def figure(measurements: Sequence[Mapping[str, Any]]) -> Any:
     return fig
 
 
+_MSE = Margin(
+    math.log10(1.02),
+    "normlab's choice: 2% lower test MSE, the size of gains forecasting papers report",
+)
+
+
+def _mse_effects(series: str) -> list[Effect]:
+    out = [
+        Effect(
+            f"{series}_vs_{b}",
+            f"log10(NoRIN / {b} test MSE) on {series}, each with {b} selected from the same "
+            "number of validated runs",
+            lambda m, b=b: _log_ratio(m, series, b),
+            direction="less",
+            margin=_MSE,
+            baseline=b,
+            unit="log10 MSE",
+        )
+        for b in BASELINES
+    ]
+    return out
+
+
+def _effects(series: Sequence[str]) -> tuple[Effect, ...]:
+    out: list[Effect] = []
+    for name in series:
+        if name != series[0]:
+            out.append(
+                Effect(
+                    f"{name}_beats_dish_san",
+                    f"log10(NoRIN MSE / the better of Dish-TS and SAN) on {name}",
+                    lambda m, name=name: _vs_dish_san(m, name),
+                    direction="less",
+                    margin=_MSE,
+                    baseline="better of Dish-TS / SAN",
+                    unit="log10 MSE",
+                )
+            )
+        out += _mse_effects(name)
+        out.append(
+            Effect(
+                f"{name}_far_from_linear",
+                f"mean log10(delta) under the search prior minus mean log10(delta*) selected "
+                f"on {name} (positive: the selection sits further from the linear limit than "
+                "a random pick from the search space)",
+                lambda m, name=name: (
+                    PRIOR_LOG10_DELTA - cell(m, f"{name}/shape", "log10_delta_star")
+                ),
+                direction="greater",
+                margin=Margin(
+                    0.1,
+                    "normlab's choice: a quarter of the prior's spread of "
+                    "log10 delta (sd 0.58) would be a visible shift",
+                ),
+                baseline="a random pick from the search prior (log-uniform [0.3, 30])",
+                unit="decades",
+            )
+        )
+        out.append(
+            Effect(
+                f"{name}_delta_drift",
+                f"joint gradient training of the shape on {name}: mean log(delta_T / delta_0)",
+                lambda m, name=name: cell(m, f"{name}/shape", "log_delta_drift"),
+                direction="greater",
+                margin=Margin(
+                    math.log(1.5),
+                    "normlab's choice: delta up by half toward the linear limit within the run",
+                ),
+                baseline="the initial delta = 1",
+            )
+        )
+    return tuple(out)
+
+
+_SERIES = ("epf_prices", "heavy_tailed")
+_ALL = _effects(_SERIES)
+
 CLAIM = register_claim(
     Claim(
         id="norin",
         paper=paper("norin"),
         hypothesis=(
-            "Gradient training of NoRIN's shape drifts to the linear (RevIN) limit, while "
-            "shape chosen by Slifker-Shapiro + Bayesian optimisation stays far from it and "
-            "gives test MSE no worse than RevIN."
+            "NoRIN with its shape chosen outside gradient training (Slifker-Shapiro + BO) "
+            "beats Dish-TS and SAN (and RevIN, FAN) in test MSE; the selected delta* sits "
+            "further from the linear limit than chance; gradient training drifts toward it."
         ),
-        metrics=("mse", "mae"),
-        effects=(
-            Effect(
-                "delta_drift", "joint training increases delta: mean log(delta_T/delta_0)", _drift
-            ),
-            Effect(
-                "far_from_linear",
-                f"BO-selected delta* < {DELTA_LINEAR:g}: mean log(10/delta*)",
-                _far,
-            ),
-            Effect("mse_vs_revin", "NoRIN (BO) test MSE below RevIN: mean relative gain", _gain),
+        primary=Effect(
+            "beats_dish_san",
+            f"log10(NoRIN test MSE / the better of Dish-TS and SAN) on {_SERIES[0]}, "
+            "every method selected from the same number of validated runs",
+            lambda m: _vs_dish_san(m, _SERIES[0]),
+            direction="less",
+            margin=_MSE,
+            baseline="better of Dish-TS / SAN",
+            unit="log10 MSE",
         ),
+        secondary=_ALL,
         headline=(
             "90 configurations (6 backbones x 5 datasets x 3 horizons): (delta*, epsilon*) far "
             "from the linear limit and backbone-dependent; NoRIN beats RevIN, SAN, Dish-TS in "
@@ -277,10 +382,19 @@ CLAIM = register_claim(
         configs=CONFIGS,
         run=run,
         setup=(
-            "L=96, H=96 (quick); Linear and MLP backbones; EPF FR/BE prices, a heavy-tailed "
-            "synthetic series and hourly vic_elec (first 8,000 steps); 6 Optuna trials."
+            "L=96, H=96 (quick); Linear backbone; EPF FR/BE prices and a heavy-tailed "
+            "synthetic series (first 4,000 steps); NoRIN: Slifker-Shapiro init + Optuna TPE "
+            "over (delta, epsilon); each baseline selected by validation MSE from as many "
+            "learning-rate trials as NoRIN's shape trials."
         ),
-        key=("mse", "norin", "revin"),
+        scale_note="quick runs one backbone and two series; full runs four backbones, four "
+        "horizons and real vic_elec.",
         figure=figure,
+        caption=(
+            "Left: delta during joint gradient training, one line per configuration; rising "
+            "lines are the degeneration toward the linear limit. Right: BO trials' validation "
+            "MSE against delta (stars: selected); the dashed line is delta = 10."
+        ),
+        version=2,
     )
 )

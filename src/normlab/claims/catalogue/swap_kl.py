@@ -1,4 +1,4 @@
-"""Claim "swap-kl": replacement and interchange swap-KL disagree on which layers are safe.
+"""Claim "swap-kl": interchange-guided layer removal is safer than replacement-guided.
 
 The seed scores layer pairs by two output-grounded swap tests, replacement (one block's
 map substituted for another's) and interchange (two blocks run at swapped depths), and
@@ -7,14 +7,17 @@ shows that they need not agree: the protocol gap changes which layers look safe 
 +11.3/+48.2/+116.5% replacement-guided), while on Llama-3.1-8B the two tie.
 
 Here both protocols (:func:`~normlab.probes.swap.swap_kl`, KL over all positions) are run on
-every block pair of a trained deep TinyGPT (the dense model shared with "curse-of-depth"),
+every block pair of a trained deep TinyGPT (the dense model shared with "curse-of-depth"
+and "fold-ln", the longest-trained deep model of the catalogue) on one validation batch;
 each protocol's pruning order is built with the reference rule (min-distance score,
-ascending, never adjacent), and layers are removed greedily by each order.
+ascending, never adjacent), and the first ``k`` layers of each order are removed for every
+budget ``k`` both orders reach. The removal cost is the next-token loss increase on a
+*held-out* validation batch. The placebo: random non-adjacent orders of the same length.
 """
 
 from __future__ import annotations
 
-import math
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,52 +25,79 @@ import torch
 
 from normlab.claims.catalogue._depth_models import SETTINGS, trained
 from normlab.claims.common import cell, seed_everything, spearman
-from normlab.claims.core import Claim, Effect, register_claim
+from normlab.claims.core import Claim, Effect, Margin, Precondition, register_claim
 from normlab.data.corpus import corpus, sample_batch
+from normlab.models.lm import evaluate_bpb
 from normlab.papers import paper
 from normlab.probes.swap import pruning_curve, swap_kl
 
-__all__ = ["CLAIM"]
+__all__ = ["CLAIM", "random_order"]
 
 PROTOCOLS = ("replacement", "interchange")
 
 
+def random_order(n_layers: int, length: int, rng: random.Random) -> list[int]:
+    """``length`` distinct, pairwise non-adjacent layers of ``0..n_layers-1`` in random order."""
+    while True:
+        chosen: list[int] = []
+        for i in rng.sample(range(n_layers), n_layers):
+            if all(abs(i - c) > 1 for c in chosen):
+                chosen.append(i)
+            if len(chosen) == length:
+                return chosen
+
+
+def _cost(curve: Any, budget: int) -> float:
+    """Mean over budgets ``k = 1..budget`` of the held-out loss increase (nats)."""
+    return sum(curve.loss[k] - curve.loss[0] for k in range(1, budget + 1)) / budget
+
+
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Swap-KL matrices, their rank correlation, and pruning curves by each ordering."""
+    """Swap-KL on one batch, pruning cost by each order (and random ones) on another."""
     seed_everything(seed)
     model, _ = trained(config, seed, "dense")
-    generator = torch.Generator().manual_seed(30_000 + seed)
-    x, y = sample_batch(corpus("val"), config["eval_batch"], config["context"], generator)
-    result = swap_kl(model, x, positions="all")
+    score_x, _ = sample_batch(
+        corpus("val"), config["eval_batch"], config["context"],
+        torch.Generator().manual_seed(30_000 + seed),
+    )  # fmt: skip
+    held_x, held_y = sample_batch(
+        corpus("val"), config["eval_batch"], config["context"],
+        torch.Generator().manual_seed(31_000 + seed),
+    )  # fmt: skip
+    result = swap_kl(model, score_x, positions="all")
     orders = {p: result.order(p) for p in PROTOCOLS}
     budget = min(len(o) for o in orders.values())
-    curves = {p: pruning_curve(model, x, orders[p][:budget], targets=y) for p in PROTOCOLS}
-    rho = spearman(result.pairs("replacement"), result.pairs("interchange"))
-    differ = [
-        set(orders["replacement"][:k]) != set(orders["interchange"][:k])
-        for k in range(1, budget + 1)
+    curves = {p: pruning_curve(model, held_x, orders[p][:budget], targets=held_y)
+              for p in PROTOCOLS}  # fmt: skip
+    rng = random.Random(seed)
+    randoms = [
+        pruning_curve(model, held_x, random_order(result.n_layers, budget, rng), targets=held_y)
+        for _ in range(config["random_orders"])
     ]
     table: dict[str, dict[str, float]] = {}
     for p in PROTOCOLS:
         c = curves[p]
         table[p] = {
+            "removal_cost": _cost(c, budget),
+            "cost_remove_1": c.loss[1] - c.loss[0],
+            "cost_remove_max": c.loss[-1] - c.loss[0],
             "mean_pair_kl": sum(result.pairs(p)) / len(result.pairs(p)),
-            "kl_remove_1": c.kl[1],
-            "kl_remove_max": c.kl[-1],
-            "loss_increase_max": c.loss[-1] - c.loss[0],
             "budget": float(budget),
         }
-    table["protocols"] = {
-        "spearman": rho,
-        "disagreement": sum(differ) / budget,
-        "log_cost_ratio": math.log(
-            max(curves["replacement"].kl[-1], 1e-12) / max(curves["interchange"].kl[-1], 1e-12)
-        ),
+    table["random"] = {
+        "removal_cost": sum(_cost(c, budget) for c in randoms) / len(randoms),
+        "budget": float(budget),
     }
+    table["protocols"] = {
+        "spearman": spearman(result.pairs("replacement"), result.pairs("interchange")),
+        "same_first_layer": float(orders["replacement"][0] == orders["interchange"][0]),
+    }
+    table["model"] = {"val_bpb": evaluate_bpb(model, batches=2, batch=16, seed=seed)}
     return {
         "table": table,
         "swap": result.to_dict(),
-        "curves": {p: curves[p].to_dict() for p in PROTOCOLS},
+        "curves": {p: curves[p].to_dict() for p in PROTOCOLS}
+        | {"random": [c.to_dict() for c in randoms]},
     }
 
 
@@ -78,69 +108,123 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
     for ax, p in zip(axes[:2], PROTOCOLS, strict=True):
         im = ax.imshow(m["swap"][p], cmap="viridis")
-        ax.set(title=f"{p} swap-KL (nats)", xlabel="layer j", ylabel="layer i")
+        ax.set(title=f"{p} swap-KL (nats, seed 0)", xlabel="layer j", ylabel="layer i")
         fig.colorbar(im, ax=ax, fraction=0.046)
-    for k, p in enumerate(PROTOCOLS):
+    for k, p in enumerate((*PROTOCOLS, "random")):
         for i, meas in enumerate(measurements):
-            kl = meas["curves"][p]["kl"]
-            axes[2].plot(
-                range(len(kl)),
-                kl,
-                "o-",
-                color=f"C{k}",
-                alpha=0.7,
-                label=f"{p}-guided" if i == 0 else None,
-            )
-    axes[2].set(xlabel="layers removed", ylabel="KL to full model (nats)", yscale="symlog")
-    axes[2].legend(fontsize=8)
+            curves = meas["curves"][p]
+            for c in curves if isinstance(curves, list) else [curves]:
+                loss = [v - c["loss"][0] for v in c["loss"]]
+                axes[2].plot(range(len(loss)), loss, "o-", color=f"C{k}", alpha=0.5, ms=3,
+                             label=f"{p}-guided" if i == 0 else None)  # fmt: skip
+    handles, labels = axes[2].get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    axes[2].legend(unique.values(), unique.keys(), fontsize=8)
+    axes[2].set(xlabel="layers removed", ylabel="held-out loss increase (nats)")
+    axes[2].xaxis.get_major_locator().set_params(integer=True)
     fig.tight_layout()
     return fig
 
+
+_COST_MARGIN = Margin(
+    0.005,
+    "normlab's choice: 0.005 nats (0.5% perplexity) per removal budget, well below the "
+    "seed's Qwen3-8B gap (+2.5% vs +11.3% at one layer) and about a quick model's "
+    "seed-to-seed loss spread",
+)
 
 CLAIM = register_claim(
     Claim(
         id="swap-kl",
         paper=paper("swap-kl"),
         hypothesis=(
-            "Replacement and interchange swap-KL rank layer pairs differently and lead greedy "
-            "pruning to remove different layers."
+            "Removing the layers interchange swap-KL deems safe costs less held-out loss "
+            "than removing those replacement swap-KL deems safe, at the same layer budgets."
         ),
-        metrics=(
-            "spearman",
-            "disagreement",
-            "log_cost_ratio",
-            "mean_pair_kl",
-            "kl_remove_1",
-            "kl_remove_max",
-            "loss_increase_max",
+        primary=Effect(
+            "interchange_safer",
+            "interchange-guided minus replacement-guided held-out loss increase, mean over "
+            "budgets k = 1..K",
+            lambda m: (
+                cell(m, "interchange", "removal_cost") - cell(m, "replacement", "removal_cost")
+            ),
+            direction="less",
+            margin=_COST_MARGIN,
+            baseline="replacement-guided removal",
+            unit="nats",
         ),
-        effects=(
+        secondary=(
             Effect(
-                "protocols_differ",
-                "0.95 minus the Spearman correlation of replacement and interchange swap-KL "
+                "rank_disagreement",
+                "1 minus the Spearman correlation of replacement and interchange swap-KL "
                 "over layer pairs",
-                lambda m: 0.95 - cell(m, "protocols", "spearman"),
+                lambda m: 1.0 - cell(m, "protocols", "spearman"),
+                direction="greater",
+                margin=Margin(
+                    0.1,
+                    "normlab's choice: at rho >= 0.9 the two protocols rank pairs alike "
+                    "enough to be interchangeable",
+                ),
+                baseline="perfect agreement (rho = 1)",
             ),
             Effect(
-                "orderings_disagree",
-                "share of pruning budgets k at which the two orderings remove different layers",
-                lambda m: cell(m, "protocols", "disagreement"),
+                "interchange_vs_random",
+                "interchange-guided minus random-order held-out loss increase (placebo)",
+                lambda m: (
+                    cell(m, "interchange", "removal_cost") - cell(m, "random", "removal_cost")
+                ),
+                direction="less",
+                margin=_COST_MARGIN,
+                baseline="random non-adjacent removal orders",
+                unit="nats",
+            ),
+            Effect(
+                "replacement_vs_random",
+                "replacement-guided minus random-order held-out loss increase (placebo)",
+                lambda m: (
+                    cell(m, "replacement", "removal_cost") - cell(m, "random", "removal_cost")
+                ),
+                direction="less",
+                margin=_COST_MARGIN,
+                baseline="random non-adjacent removal orders",
+                unit="nats",
+            ),
+        ),
+        preconditions=(
+            Precondition(
+                "model_trained",
+                "the pruned model's validation bits per byte",
+                lambda m: cell(m, "model", "val_bpb"),
+                op="<=",
+                threshold=3.8,
+                source="normlab's choice: well below byte-unigram entropy (about 5 bpb), so "
+                "its layers have distinct roles to compare",
             ),
         ),
         headline="Qwen3-8B, removing 1/3/5 layers: +2.5/+10.3/+45.4% perplexity "
         "interchange-guided vs +11.3/+48.2/+116.5% replacement-guided; Llama-3.1-8B ties.",
         setup=(
             "Trained Pre-LN TinyGPT (8 layers, d=32 quick; 12 layers, d=64 full; the dense "
-            "model of curse-of-depth); swap-KL over all positions of fixed validation text; "
-            "pruning by each protocol's order (min-distance score, never adjacent)."
+            "model of curse-of-depth); swap-KL over all positions of one validation batch; "
+            "pruning by each protocol's order (min-distance score, never adjacent) and by "
+            "random non-adjacent orders, cost on a held-out batch."
+        ),
+        scale_note=(
+            "The seed's gap appears on converged 8B models and grows with training; the "
+            "quick model is trained for 250 steps, so full scale is the real test."
         ),
         configs={
-            "smoke": {"seeds": 1, **SETTINGS["smoke"], "eval_batch": 4},
-            "quick": {"seeds": 3, **SETTINGS["quick"], "eval_batch": 16},
-            "full": {"seeds": 5, **SETTINGS["full"], "eval_batch": 32},
+            "smoke": {"seeds": 1, **SETTINGS["smoke"], "eval_batch": 4, "random_orders": 2},
+            "quick": {"seeds": 5, **SETTINGS["quick"], "eval_batch": 16, "random_orders": 4},
+            "full": {"seeds": 5, **SETTINGS["full"], "eval_batch": 32, "random_orders": 8},
         },
         run=run,
-        key=("kl_remove_max", "interchange", "replacement"),
         figure=_figure,
+        caption=(
+            "Seed 0's swap-KL matrices (left, middle) and the held-out loss increase as "
+            "layers are removed by each order (right, every seed): the interchange curve "
+            "(orange) should lie below the replacement one (blue) and the random ones (green)."
+        ),
+        version=2,
     )
 )

@@ -1,0 +1,339 @@
+"""Claim "cdflow": circulant-diagonal linear layers make flow log-dets and inverses scale ~n log n.
+
+CDFlow (``paper("cdflow")``) replaces a flow's dense invertible linear layer by
+``W = D_1 C_1 ... C_{m-1} D_m`` (:mod:`normlab.flows.circulant`): ``O(mn)`` parameters,
+log-det in ``O(mn)`` and inverse in ``O(mn log n)`` instead of ``O(n^3)``. Two parts:
+
+(a) wall-clock time of ``log|det W|`` and ``W^{-1} y`` for ``n`` from 64 to 4096 against
+    dense ``torch.linalg.slogdet`` / ``torch.linalg.solve`` on the same (materialised)
+    matrix; the fitted log-log slopes give the scaling exponents (primary: their gap);
+(b) density estimation with flows of the same depth (ActNorm -> mixing -> affine coupling,
+    zuko parts) whose mixing is CD-linear, zuko's LU-linear (the baseline) or absent (a
+    control), trained with the same steps, batches and learning rate, on two moons (2D) and
+    dequantized 8x8 digits (64D); test NLL in nats per dimension.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from normlab.claims.common import cell, loglog_slope, seed_everything
+from normlab.claims.core import (
+    Check,
+    CheckOutcome,
+    Claim,
+    Effect,
+    Margin,
+    Precondition,
+    register_claim,
+)
+from normlab.data.toy import digits, standardize, two_moons
+from normlab.flows import (
+    CirculantDiagonalLinear,
+    cd_inverse,
+    cd_logabsdet,
+    cdflow,
+    initialize_actnorm,
+    mixing_parameters,
+)
+from normlab.papers import paper
+
+__all__ = ["CLAIM", "run", "time_operations"]
+
+MIXINGS = ("circulant", "lu", "none")
+
+
+def _best_time(fn, min_total: float = 2e-3, repeats: int = 3) -> float:
+    """Seconds per call: the best of ``repeats`` timings of enough calls to last ``min_total``."""
+    fn()
+    calls, start = 1, time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-7)
+    calls = max(1, int(min_total / once))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
+@torch.no_grad()
+def time_operations(n: int, seed: int) -> dict[str, float]:
+    """Seconds for CD vs dense log-det and inverse of one ``n x n`` layer (float64)."""
+    torch.manual_seed(seed)
+    layer = CirculantDiagonalLinear(n, m=2, init_std=0.1, dtype=torch.float64)
+    d, c = layer.diagonals.detach(), layer.columns.detach()
+    dense = layer.matrix()
+    y = torch.randn(1, n, dtype=torch.float64)
+    return {
+        "cd_logdet": _best_time(lambda: cd_logabsdet(d, c)),
+        "dense_logdet": _best_time(lambda: torch.linalg.slogdet(dense)),
+        "cd_inverse": _best_time(lambda: cd_inverse(y, d, c)),
+        "dense_inverse": _best_time(lambda: torch.linalg.solve(dense, y.T)),
+    }
+
+
+def _data(name: str, config: Mapping[str, Any], g: torch.Generator):
+    if name == "moons":
+        return standardize(two_moons(config["moons_train"], g), two_moons(2000, g))
+    return digits(g)
+
+
+def _train_flow(
+    mixing: str, train: torch.Tensor, test: torch.Tensor, config: Mapping[str, Any], seed: int
+) -> dict[str, float]:
+    torch.manual_seed(seed)
+    flow = cdflow(
+        train.shape[1], steps=config["flow_steps"], mixing=mixing, hidden=tuple(config["hidden"])
+    )
+    initialize_actnorm(flow, train[:512])
+    opt = torch.optim.Adam(flow.parameters(), lr=config["lr"])
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(config["train_steps"]):
+        batch = train[torch.randint(0, len(train), (config["batch"],), generator=g)]
+        loss = -flow().log_prob(batch).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        nll = -flow().log_prob(test).mean().item() / train.shape[1]
+    return {
+        "test_nll": nll,
+        "mixing_params": float(mixing_parameters(flow)),
+        "params": float(sum(p.numel() for p in flow.parameters())),
+    }
+
+
+def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """Timings and slopes (a); flow NLLs per data set and mixing (b)."""
+    seed_everything(seed)
+    torch.set_num_threads(1)
+    sizes = list(config["sizes"])
+    times = [time_operations(n, seed) for n in sizes]
+    table: dict[str, dict[str, float]] = {
+        "timing": {
+            f"{op}_slope": loglog_slope(sizes, [t[op] for t in times])
+            for op in ("cd_logdet", "dense_logdet", "cd_inverse", "dense_inverse")
+        }
+    }
+    g = torch.Generator().manual_seed(seed)
+    for name in config["datasets"]:
+        train, test = _data(name, config, g)
+        gauss = -torch.distributions.Normal(0.0, 1.0).log_prob(test).mean().item()
+        table[f"{name}-gaussian"] = {"test_nll": gauss}
+        for mixing in MIXINGS:
+            table[f"{name}-{mixing}"] = _train_flow(mixing, train, test, config, seed)
+    curves = {"sizes": sizes, "times": times}
+    return {"table": table, "curves": curves}
+
+
+def _gap(m: Mapping[str, Any], op: str) -> float:
+    return cell(m, "timing", f"dense_{op}_slope") - cell(m, "timing", f"cd_{op}_slope")
+
+
+def _nll_gap(data: str, method: str, baseline: str):
+    return lambda m: (
+        cell(m, f"{data}-{method}", "test_nll") - cell(m, f"{data}-{baseline}", "test_nll")
+    )
+
+
+def _check_logdet(config: Mapping[str, Any]) -> CheckOutcome:
+    worst = 0.0
+    for n in (7, 64, 256):
+        layer = CirculantDiagonalLinear(n, m=3, init_std=0.3, dtype=torch.float64)
+        with torch.no_grad():
+            dense = torch.linalg.slogdet(layer.matrix())[1]
+        jac = torch.autograd.functional.jacobian(layer, torch.randn(n, dtype=torch.float64))
+        ladj = layer.log_abs_det().detach()
+        worst = max(
+            worst, abs(float(dense - ladj)), abs(float(torch.linalg.slogdet(jac)[1] - ladj))
+        )
+    return CheckOutcome(worst < 1e-10, worst, f"max |log-det error| {worst:.2e} <= 1e-10 (fp64)")
+
+
+def _check_inverse(config: Mapping[str, Any]) -> CheckOutcome:
+    worst = 0.0
+    torch.manual_seed(0)
+    for n in (7, 64, 256):
+        layer = CirculantDiagonalLinear(n, m=3, init_std=0.3, dtype=torch.float64)
+        x = torch.randn(8, n, dtype=torch.float64)
+        with torch.no_grad():
+            worst = max(worst, float((layer.inverse(layer(x)) - x).abs().max()))
+    return CheckOutcome(worst < 1e-10, worst, f"max |W^-1 W x - x| {worst:.2e} <= 1e-10 (fp64)")
+
+
+def _check_zuko(config: Mapping[str, Any]) -> CheckOutcome:
+    torch.manual_seed(0)
+    flow = cdflow(6, steps=2, mixing="circulant", hidden=(16,))
+    x = torch.randn(32, 6)
+    initialize_actnorm(flow, x)
+    with torch.no_grad():
+        dist = flow()
+        z, ladj = dist.transform.call_and_ladj(x)
+        manual = torch.distributions.Normal(0.0, 1.0).log_prob(z).sum(-1) + ladj
+        err = float((dist.log_prob(x) - manual).abs().max())
+        err = max(err, float((dist.transform.inv(z) - x).abs().max()))
+    return CheckOutcome(err < 1e-4, err, f"zuko log_prob = base + ladj and inverse, {err:.1e}")
+
+
+def _figure(measurements: Sequence[dict[str, Any]]):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for k, m in enumerate(measurements):
+        sizes = m["curves"]["sizes"]
+        for j, op in enumerate(("cd_logdet", "dense_logdet", "cd_inverse", "dense_inverse")):
+            ax.loglog(
+                sizes,
+                [t[op] for t in m["curves"]["times"]],
+                "o-",
+                color=f"C{j}",
+                alpha=0.6,
+                label=op if k == 0 else None,
+            )
+    ax.set_xlabel("n")
+    ax.set_ylabel("seconds per call")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+_FLOW = {"flow_steps": 4, "hidden": (64, 64), "lr": 2e-3, "batch": 128, "moons_train": 4000}
+
+CLAIM = register_claim(
+    Claim(
+        id="cdflow",
+        paper=paper("cdflow"),
+        hypothesis=(
+            "The circulant-diagonal layer's log-det and inverse costs grow like n log n "
+            "rather than n^3, and CD mixing gives flows test NLL comparable to LU-linear "
+            "mixing with (2m - 1) n instead of n^2 mixing parameters."
+        ),
+        primary=Effect(
+            "logdet_exponent_gap",
+            "fitted log-log slope of dense slogdet time minus that of the CD log-det",
+            lambda m: _gap(m, "logdet"),
+            direction="greater",
+            margin=Margin(
+                1.0,
+                "normlab's choice: the paper claims O(mn) against O(n^3); a gap "
+                "of at least one power of n is the least such a claim means",
+            ),
+            baseline="dense torch.linalg.slogdet",
+        ),
+        secondary=(
+            Effect(
+                "inverse_exponent_gap",
+                "slope of dense solve time minus that of the CD (FFT) inverse",
+                lambda m: _gap(m, "inverse"),
+                direction="greater",
+                margin=Margin(1.0, "normlab's choice: as for the log-det (O(mn log n) vs n^3)"),
+                baseline="dense torch.linalg.solve",
+            ),
+            Effect(
+                "digits_nll_gap",
+                "digits test NLL (nats/dim): CD mixing minus LU mixing, same depth and budget",
+                _nll_gap("digits", "circulant", "lu"),
+                direction="no_greater",
+                margin=Margin(
+                    0.05,
+                    "normlab's choice: 0.05 nats/dim, small next to the ~0.5-1 "
+                    "nats/dim the flows gain over a Gaussian here",
+                ),
+                baseline="LU-linear mixing",
+                unit="nats/dim",
+            ),
+            Effect(
+                "moons_nll_gap",
+                "two-moons test NLL (nats/dim): CD mixing minus LU mixing",
+                _nll_gap("moons", "circulant", "lu"),
+                direction="no_greater",
+                margin=Margin(0.05, "normlab's choice: as for digits"),
+                baseline="LU-linear mixing",
+                unit="nats/dim",
+            ),
+            Effect(
+                "digits_mixing_helps",
+                "digits test NLL without mixing minus with CD mixing (the control)",
+                _nll_gap("digits", "none", "circulant"),
+                direction="greater",
+                margin=Margin(0.0, "normlab's choice: any gain shows the CD layer mixes"),
+                baseline="no mixing (coupling masks only)",
+                unit="nats/dim",
+            ),
+        ),
+        checks=(
+            Check(
+                "logdet_exact",
+                "CD log|det| equals dense slogdet and the autograd "
+                "Jacobian's, n in {7, 64, 256}, fp64, to 1e-10",
+                _check_logdet,
+            ),
+            Check("inverse_exact", "W^-1 W x = x to 1e-10 in fp64", _check_inverse),
+            Check(
+                "zuko_composes",
+                "inside a zuko Flow: log_prob = base + ladj, inverse round trip",
+                _check_zuko,
+            ),
+        ),
+        preconditions=(
+            Precondition(
+                "lu_flow_learns",
+                "digits: Gaussian NLL minus LU-flow NLL (nats/dim)",
+                _nll_gap("digits", "gaussian", "lu"),
+                op=">=",
+                threshold=0.1,
+                source="normlab's choice: a flow that does not beat the base density by "
+                "0.1 nats/dim has not trained enough to compare mixings",
+                gates=("digits_nll_gap", "digits_mixing_helps"),
+            ),
+        ),
+        headline=(
+            "Parameters O(n^2) -> O(mn); inverse O(n^3) -> O(mn log n), log-det O(n^3) -> "
+            "O(mn); strong density estimation on natural images (abstract)."
+        ),
+        setup=(
+            "(a) float64, one thread, best-of-3 timings of log|det| and solve for n = 64 .. "
+            "4096 (dense on the materialised W). (b) 4 flow steps (ActNorm -> mixing -> affine "
+            "coupling, MLP 64x64, zuko), Adam lr 2e-3, batch 128, same steps for every arm; "
+            "mixing parameters per step: CD 3n (m = 2), LU n^2 (digits: 192 vs 4096; moons: "
+            "6 vs 4)."
+        ),
+        scale_note="No image flows (multi-scale CDFlow on CIFAR); timings are CPU wall-clock.",
+        configs={
+            "smoke": {
+                "seeds": 1,
+                "sizes": (16, 32, 64, 128),
+                "datasets": ("moons", "digits"),
+                **_FLOW,
+                "hidden": (16,),
+                "flow_steps": 2,
+                "train_steps": 2,
+                "moons_train": 512,
+            },
+            "quick": {
+                "seeds": 5,
+                "sizes": (64, 128, 256, 512, 1024, 2048),
+                "datasets": ("moons", "digits"),
+                **_FLOW,
+                "train_steps": 200,
+            },
+            "full": {
+                "seeds": 10,
+                "sizes": (64, 128, 256, 512, 1024, 2048, 4096, 8192),
+                "datasets": ("moons", "digits"),
+                **_FLOW,
+                "train_steps": 5000,
+            },
+        },
+        run=run,
+        figure=_figure,
+        caption="Seconds per call against n (log-log); CD lines should be far flatter.",
+    )
+)

@@ -1,0 +1,237 @@
+"""Claim "curvature-spikes": loss spikes coincide with peaks of normalization-layer curvature.
+
+The seed trains a small transformer on sparse modular addition and traces its loss spikes to
+the high curvature of the normalization layers. Here a one-block pre-LN TinyGPT is trained
+full-batch with AdamW (no warm-up, no clipping) on a fixed training set of the task
+(:func:`normlab.models.modular.train_modular`), which it memorizes; at every step the loss
+``L_t`` and the curvature ``c_t`` (the largest spectral norm of any LayerNorm's Jacobian over
+the tokens of a fixed probe batch, :func:`normlab.probes.dynamics.norm_curvature`, at the
+same parameters as ``L_t``) are recorded. Two series, both 0 on a smooth trend:
+
+- spike size ``a_t = log L_t - min_{t-w <= s < t} log L_s`` at spike steps, else 0: the rise
+  of the log-loss above its minimum over the previous ``w`` steps, where a spike step is one
+  whose loss is at least twice that minimum and at least ``spike_abs`` nats above it;
+- curvature peak ``q_t = max_{|s-t| <= tau} (log c_s - median_{|r-s| <= w} log c_r)``, the
+  excess of log-curvature over its centred running median, allowing ``tau`` steps of lead or
+  lag between the two peaks.
+
+The effect is the Spearman correlation of ``a`` and ``q`` over time (after ``burn`` steps of
+initial transient) minus the mean correlation of ``a`` with circularly shifted copies of
+``q`` (200 shifts of at least ``w + tau`` steps): the shifts keep both series' own
+autocorrelation and marginals and destroy only their alignment. "spikes" counts onsets
+after ``burn`` (a spike step whose predecessor is not one); a run without a spike has a
+constant ``a`` and is scored 0 (no coincidence).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from normlab.claims.common import cell, seed_everything, spearman
+from normlab.claims.core import (
+    Check,
+    CheckOutcome,
+    Claim,
+    Effect,
+    Margin,
+    Precondition,
+    register_claim,
+)
+from normlab.models.modular import train_modular
+from normlab.papers import paper
+from normlab.probes.dynamics import norm_curvature, norm_jacobian
+
+__all__ = ["CLAIM", "coincidence", "curvature_peak", "run", "spike_size"]
+
+
+def spike_size(loss: Sequence[float], window: int) -> np.ndarray:
+    """``a_t = max(0, log L_t - min_{t-w<=s<t} log L_s)`` (``a_0 = 0``)."""
+    lg = np.log(np.maximum(np.asarray(loss, dtype=float), 1e-300))
+    out = np.zeros_like(lg)
+    for t in range(1, len(lg)):
+        out[t] = max(0.0, lg[t] - lg[max(0, t - window) : t].min())
+    return out
+
+
+def curvature_peak(curvature: Sequence[float], window: int, tau: int) -> np.ndarray:
+    """``q_t``: log-curvature above its centred running median, max-pooled over ``+-tau``."""
+    lc = np.log(np.asarray(curvature, dtype=float))
+    pad = np.pad(lc, window, mode="edge")
+    med = np.median(np.lib.stride_tricks.sliding_window_view(pad, 2 * window + 1), axis=1)
+    excess = np.pad(lc - med, tau, mode="edge")
+    return np.lib.stride_tricks.sliding_window_view(excess, 2 * tau + 1).max(axis=1)
+
+
+def coincidence(
+    loss: Sequence[float], curvature: Sequence[float], config: Mapping[str, Any]
+) -> dict[str, float]:
+    """Observed and placebo (circular-shift) rank correlations, and the spike count."""
+    w, tau, burn = config["window"], config["tau"], config["burn"]
+    rise = spike_size(loss, w)
+    lossv = np.asarray(loss, dtype=float)
+    recent_min = lossv * np.exp(-rise)
+    spiking = (rise >= math.log(2)) & (lossv - recent_min >= config["spike_abs"])
+    a = np.where(spiking, rise, 0.0)[burn:]
+    spiking = spiking[burn:]
+    onsets = int(np.sum(spiking[1:] & ~spiking[:-1]) + spiking[0]) if len(a) else 0
+    q = curvature_peak(curvature, w, tau)[burn:]
+    lo = w + tau
+    shifts = np.unique(np.linspace(lo, len(a) - lo, config["shifts"]).astype(int))
+    placebo = [spearman(a, np.roll(q, int(j))) for j in shifts]
+    observed = spearman(a, q)
+    finite = [p for p in placebo if math.isfinite(p)]
+    return {
+        # a constant spike series (no rise at all) correlates with nothing: 0, not NaN
+        "rho": observed if math.isfinite(observed) else 0.0,
+        "rho_placebo": float(np.mean(finite)) if finite else 0.0,
+        "rho_placebo_sd": float(np.std(finite)) if finite else 0.0,
+        "spikes": float(onsets),
+        "spiked": float(onsets >= 1),
+        "max_spike": float(a.max()) if len(a) else 0.0,
+    }
+
+
+def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """Train once; the coincidence statistics of its loss and curvature series."""
+    if config.get("curvature_every", 1) != 1:
+        raise ValueError("curvature-spikes needs the curvature at every step (curvature_every=1).")
+    seed_everything(seed)
+    out = train_modular(config, seed)
+    stats = coincidence(out["loss"], out["curvature"], config)
+    stats["final_loss"] = out["loss"][-1]
+    stats["test_acc"] = out["test_acc"][0]
+    return {
+        "table": {"modular": stats},
+        "curves": {"loss": out["loss"], "curvature": out["curvature"]},
+    }
+
+
+def _check_closed_form(config: Mapping[str, Any]) -> CheckOutcome:
+    """The closed-form LayerNorm Jacobian (and its spectral norm) equals autograd's."""
+    gen = torch.Generator().manual_seed(0)
+    d = config["d_model"]
+    x = torch.randn(6, d, generator=gen, dtype=torch.float64) * 0.3 + 0.1
+    g = 1 + 0.5 * torch.randn(d, generator=gen, dtype=torch.float64)
+    ln = torch.nn.LayerNorm(d, dtype=torch.float64)
+    with torch.no_grad():
+        ln.weight.copy_(g)
+    auto = torch.stack([torch.autograd.functional.jacobian(ln, xi) for xi in x])
+    closed = norm_jacobian(x, g, ln.eps)
+    err = float((auto - closed).abs().max())
+    probe = norm_curvature(ln, lambda m: m(x))
+    spec = float(torch.linalg.matrix_norm(auto, ord=2).max())
+    err = max(err, abs(probe.overall_max - spec))
+    return CheckOutcome(err < 1e-10, err, f"max |closed form - autograd| {err:.1e} <= 1e-10")
+
+
+def _figure(measurements: Sequence[dict[str, Any]]):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    for i, m in enumerate(measurements[:3]):
+        axes[0].semilogy(m["curves"]["loss"], color=f"C{i}", lw=0.8, label=f"seed {i}")
+        axes[1].plot(m["curves"]["curvature"], color=f"C{i}", lw=0.8)
+    axes[0].set_ylabel("training loss (nats)")
+    axes[1].set_ylabel("max LN Jacobian norm")
+    axes[1].set_xlabel("step")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+_BASE = {
+    "p": 11,
+    "length": 4,
+    "positions": [0, 1],
+    "d_model": 16,
+    "n_layers": 1,
+    "n_heads": 2,
+    "lr": 1e-2,
+    "weight_decay": 0.0,
+    "train_size": 128,
+    "batch": 128,  # = train_size: full batch, deterministic given the seed
+    "probe_size": 16,
+    "window": 20,
+    "tau": 3,
+    "shifts": 200,
+    "spike_abs": 0.1,
+}
+
+CLAIM = register_claim(
+    Claim(
+        id="curvature-spikes",
+        paper=paper("curvature-spikes"),
+        hypothesis=(
+            "On sparse modular addition, the loss spikes of a small transformer coincide with "
+            "peaks of its normalization layers' curvature."
+        ),
+        primary=Effect(
+            "coincidence",
+            "Spearman correlation over time of loss-spike size and LN-curvature peak, minus "
+            "its mean over 200 circular time shifts of the curvature series",
+            lambda m: cell(m, "modular", "rho") - cell(m, "modular", "rho_placebo"),
+            direction="greater",
+            margin=Margin(
+                0.05,
+                "normlab's choice: spikes fill a few percent of the steps, so even exact "
+                "coincidence gives a rank correlation of only a few tenths; 0.05 is a "
+                "small but clear excess over the placebo's mean",
+            ),
+            baseline="circularly shifted curvature (placebo)",
+        ),
+        checks=(
+            Check(
+                "closed_form_curvature",
+                "the closed-form LayerNorm Jacobian and the probe's spectral norm equal "
+                "autograd's in float64 (to 1e-10)",
+                _check_closed_form,
+            ),
+        ),
+        preconditions=(
+            Precondition(
+                "spikes_occurred",
+                "fraction of seeds with at least one loss-spike onset after the burn-in "
+                "(loss >= 2x its minimum over the last 20 steps and >= 0.1 nats above it)",
+                lambda m: cell(m, "modular", "spiked"),
+                ">=",
+                0.5,
+                "normlab's choice: without spikes in most seeds there is nothing to "
+                "coincide (a seed without one scores 0)",
+            ),
+        ),
+        headline="Qualitative: loss spikes are caused by high normalization-layer curvature "
+        "(no number given).",
+        setup=(
+            "Sparse modular addition (p=11, 4 tokens, label = sum of positions 0 and 1 mod "
+            "11), 128 training sequences; one-block pre-LN TinyGPT (d=16, 2 heads) trained "
+            "full-batch with AdamW (lr 1e-2, betas (0.9, 0.98), no decay, warm-up or "
+            "clipping); curvature on 16 probe sequences at every step."
+        ),
+        scale_note="quick trains 1000 steps of a 1-block d=16 model, long enough for the "
+        "memorization-then-spike cycle in most seeds; full trains a 2-block d=32 model "
+        "for 4000 steps with more spikes per run.",
+        configs={
+            "smoke": {**_BASE, "seeds": 1, "steps": 80, "burn": 10, "shifts": 20},
+            "quick": {**_BASE, "seeds": 8, "steps": 1000, "burn": 100},
+            "full": {
+                **_BASE,
+                "seeds": 12,
+                "steps": 4000,
+                "burn": 200,
+                "d_model": 32,
+                "n_layers": 2,
+                "train_size": 256,
+                "batch": 256,
+            },
+        },
+        run=run,
+        figure=_figure,
+        caption="Training loss (top, log scale) and the largest LayerNorm Jacobian norm "
+        "(bottom) per step: look for curvature maxima at the loss spikes.",
+    )
+)

@@ -1,0 +1,70 @@
+"""The ``normlab`` command: one argparse tree for every subcommand.
+
+``normlab report`` reproduces the seed papers' claims and writes a report; ``claim`` runs
+one claim verbosely; ``list`` shows the registered methods or claims; ``probe`` diagnoses a
+model; ``fold`` converts a model's LayerNorms to RMSNorm; ``bench`` times normlab's layers.
+Errors in the input go to stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from normlab.cli import claims, fold, probe
+from normlab.cli._common import Formatter
+
+__all__ = ["build_parser", "main"]
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from normlab.bench import run_benchmarks
+
+    return run_benchmarks(quick=not args.full, out=args.out)
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="speed of normlab's layers against torch, and copy bandwidth",
+        description="Time normlab's layers against torch's and the memory copy bandwidth.",
+        formatter_class=Formatter,
+    )
+    p.add_argument("--full", action="store_true", help="more sizes and repeats")
+    p.add_argument("--out", default=None, help="also write the results as JSON to this file")
+    p.set_defaults(func=_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``normlab`` argument parser with every subcommand."""
+    from normlab import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="normlab", description=__doc__, formatter_class=Formatter
+    )
+    parser.add_argument("--version", action="version", version=f"normlab {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    claims.add_report(sub)
+    claims.add_claim(sub)
+    claims.add_list(sub)
+    probe.add_parser(sub)
+    fold.add_parser(sub)
+    _add_bench(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+        # argparse gives optional positionals their value before the first option, so
+        # `list --kind norm rms` leaves "rms" over: a command that takes terms gets them
+        if extra and (not getattr(args, "terms", None) or any(e.startswith("-") for e in extra)):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exit_:  # --help, --version (0) and usage errors (2)
+        return int(exit_.code or 0)
+    if extra:
+        args.terms = [*args.terms, *extra]
+    return int(args.func(args))

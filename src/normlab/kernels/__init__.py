@@ -1,0 +1,259 @@
+"""Fused fast paths for the row-wise normalizers, with the plain torch path as fallback.
+
+Five operations, forward and backward, each a drop-in for its :mod:`normlab.functional`
+form (same signature, same numbers within float32 rounding):
+
+- :func:`rms_norm` ``x / sqrt(mean(x^2) + eps) * weight`` (Zhang & Sennrich, 2019),
+- :func:`layer_norm` ``(x - mean) / sqrt(var + eps) * weight + bias`` (Ba et al., 2016),
+- :func:`dyt` ``weight * tanh(alpha * x) + bias`` (Zhu et al., 2025),
+- :func:`add_rms_norm` ``s = x + residual`` and ``rms_norm(s)`` in one pass, returning both
+  (the fused residual op of vLLM and Liger-Kernel),
+- :func:`softmax1` ``exp(x_i) / (1 + sum_j exp(x_j))`` (Miller, 2023).
+
+Where they apply: float32 or bfloat16 CPU tensors (:mod:`normlab.kernels.cpu`, a C++
+library built on first use), float32/bfloat16/float16 CUDA tensors when Triton is installed
+(:mod:`normlab.kernels.triton_kernels`), a plain ``torch.Tensor`` (no subclass, no functorch
+transform), a weight of exactly ``normalized_shape``, softmax over the last dimension.
+Anything else takes the plain path. Autograd saves the input and one fp32 statistic per row
+(:mod:`normlab.kernels.autograd`); ``torch.compile`` sees the kernels as custom ops.
+
+The switch: ``NORMLAB_KERNELS=0`` in the environment turns the fast paths off for the whole
+process; :func:`use_kernels` turns them off or on at runtime, for good or inside a ``with``
+block. :func:`normlab.papers.paper` keys: ``rmsnorm``, ``layernorm``, ``dyt``, ``softmax1``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Sequence
+from math import prod
+from types import TracebackType
+
+import torch
+from torch import nn
+
+from normlab import functional as NF
+from normlab._checks import check_float, check_trailing_shape
+
+__all__ = [
+    "add_rms_norm",
+    "available",
+    "dyt",
+    "is_enabled",
+    "layer_norm",
+    "rms_norm",
+    "softmax1",
+    "use_kernels",
+]
+
+_ON = {"on": os.environ.get("NORMLAB_KERNELS", "1").strip().lower() not in ("0", "off", "false")}
+_PLAIN = (torch.Tensor, nn.Parameter)
+_READY: dict[str, bool] = {}
+_MAX_CUDA_D = 65536  # triton_kernels.MAX_D: one row per program
+_CUDA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+class use_kernels:
+    """Turn the fast paths on or off: at once, and back on leaving a ``with`` block.
+
+    ``normlab.kernels.use_kernels(False)`` switches them off for the process;
+    ``with normlab.kernels.use_kernels(False): ...`` only inside the block.
+    """
+
+    def __init__(self, flag: bool) -> None:
+        self._previous = _ON["on"]
+        _ON["on"] = bool(flag)
+
+    def __enter__(self) -> use_kernels:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        _ON["on"] = self._previous
+
+
+def is_enabled() -> bool:
+    """Whether the fast paths are switched on (they still apply only where they can)."""
+    return _ON["on"]
+
+
+def _device_ready(kind: str) -> bool:
+    ready = _READY.get(kind)
+    if ready is None:
+        if torch.compiler.is_compiling():  # decided by the first eager call (see available)
+            return False
+        if kind == "cpu":
+            from normlab.kernels import cpu
+
+            ready = cpu.library() is not None
+        else:
+            ready = kind == "cuda" and importlib.util.find_spec("triton") is not None
+            ready = ready and torch.cuda.is_available()
+        _READY[kind] = ready
+    return ready
+
+
+def available(device: str | torch.device = "cpu") -> bool:
+    """Whether a fast path exists on ``device`` (builds the CPU library if needed).
+
+    The answer is decided once per process by the first eager call of a kernel (or of this
+    function); a model compiled before any eager call takes the plain path inside the
+    compiled graph, so call ``available()`` first when compiling straight away.
+    """
+    return _device_ready(torch.device(device).type)
+
+
+def _applies(x: torch.Tensor, *params: torch.Tensor | None, d: int | None = None) -> bool:
+    if not _ON["on"] or type(x) not in _PLAIN or x.dim() == 0:
+        return False
+    if x.device.type == "cuda" and (d if d is not None else x.shape[-1]) > _MAX_CUDA_D:
+        return False
+    if torch._C._are_functorch_transforms_active():
+        return False
+    kind = x.device.type
+    if kind == "cpu":
+        from normlab.kernels.cpu import DTYPES
+
+        ok = x.dtype in DTYPES
+    else:
+        ok = kind == "cuda" and x.dtype in _CUDA_DTYPES
+    for p in params:
+        if p is not None and (type(p) not in _PLAIN or p.device != x.device):
+            return False
+    return ok and _device_ready(kind)
+
+
+def _grad(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd will record this call (else the kernels run without a graph)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _f32(p: torch.Tensor | None) -> torch.Tensor | None:
+    return None if p is None else p.detach().reshape(-1).to(torch.float32).contiguous()
+
+
+def rms_norm(
+    x: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: torch.Tensor | None = None,
+    eps: float | None = None,
+) -> torch.Tensor:
+    """:func:`normlab.functional.rms_norm` on the fast path where it applies."""
+    shape = tuple(normalized_shape)
+    if not _applies(x, weight, d=prod(shape)) or (
+        weight is not None and tuple(weight.shape) != shape
+    ):
+        return NF.rms_norm(x, shape, weight, eps)
+    check_trailing_shape(x, shape)
+    from normlab.kernels._ops import call
+    from normlab.kernels.autograd import RMSNormFn
+
+    eps = torch.finfo(x.dtype).eps if eps is None else eps
+    x2 = x.reshape(-1, prod(shape))
+    if not _grad(x, weight):
+        return call("rms_fwd", x2.contiguous(), None, _f32(weight), eps)[1].reshape(x.shape)
+    w = None if weight is None else weight.reshape(-1)
+    return RMSNormFn.apply(x2, w, eps).reshape(x.shape)
+
+
+def add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: torch.Tensor | None = None,
+    eps: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(s, rms_norm(s))`` with ``s = x + residual``: the pre-norm residual step, fused.
+
+    Reads ``x`` and ``residual`` once and writes the sum and the normalized sum, where the
+    unfused form reads the sum again. ``s`` is rounded to ``x.dtype`` before it is normalized,
+    exactly as ``rms_norm(x + residual)`` computes it.
+    """
+    shape = tuple(normalized_shape)
+    fast = _applies(x, residual, weight, d=prod(shape)) and residual.shape == x.shape
+    fast = fast and residual.dtype == x.dtype
+    if not fast or (weight is not None and tuple(weight.shape) != shape):
+        s = x + residual
+        return s, NF.rms_norm(s, shape, weight, eps)
+    check_trailing_shape(x, shape)
+    from normlab.kernels._ops import call
+    from normlab.kernels.autograd import AddRMSNormFn
+
+    eps = torch.finfo(x.dtype).eps if eps is None else eps
+    d = prod(shape)
+    x2, r2 = x.reshape(-1, d).contiguous(), residual.reshape(-1, d).contiguous()
+    if not _grad(x, residual, weight):
+        s, y, _ = call("rms_fwd", x2, r2, _f32(weight), eps)
+        return s.reshape(x.shape), y.reshape(x.shape)
+    w = None if weight is None else weight.reshape(-1)
+    s, y = AddRMSNormFn.apply(x2, r2, w, eps)
+    return s.reshape(x.shape), y.reshape(x.shape)
+
+
+def layer_norm(
+    x: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """:func:`normlab.functional.layer_norm` on the fast path where it applies."""
+    shape = tuple(normalized_shape)
+    exact = all(p is None or tuple(p.shape) == shape for p in (weight, bias))
+    if not _applies(x, weight, bias, d=prod(shape)) or not exact:
+        return NF.layer_norm(x, shape, weight, bias, eps)
+    check_trailing_shape(x, shape)
+    from normlab.kernels._ops import call
+    from normlab.kernels.autograd import LayerNormFn
+
+    x2 = x.reshape(-1, prod(shape))
+    if not _grad(x, weight, bias):
+        y = call("ln_fwd", x2.contiguous(), _f32(weight), _f32(bias), eps)[0]
+        return y.reshape(x.shape)
+    w, b = (None if p is None else p.reshape(-1) for p in (weight, bias))
+    return LayerNormFn.apply(x2, w, b, eps).reshape(x.shape)
+
+
+def dyt(
+    x: torch.Tensor,
+    alpha: torch.Tensor | float,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`normlab.functional.dyt` on the fast path where it applies."""
+    if not isinstance(alpha, torch.Tensor):
+        alpha = torch.tensor(float(alpha), device=x.device)
+    shapes = {tuple(p.shape) for p in (weight, bias) if p is not None}
+    shape = shapes.pop() if len(shapes) == 1 else (x.shape[-1:] if not shapes else None)
+    fast = (
+        shape is not None
+        and alpha.numel() == 1
+        and _applies(x, alpha, weight, bias, d=prod(shape or (1,)))
+    )
+    if not fast or tuple(x.shape[x.dim() - len(shape) :]) != tuple(shape):
+        return NF.dyt(x, alpha, weight, bias)
+    from normlab.kernels._ops import call
+    from normlab.kernels.autograd import DyTFn
+
+    x2 = x.reshape(-1, prod(shape))
+    if not _grad(x, alpha, weight, bias):
+        a = alpha.detach().to(torch.float32).reshape(1)
+        return call("dyt_fwd", x2.contiguous(), a, _f32(weight), _f32(bias)).reshape(x.shape)
+    w, b = (None if p is None else p.reshape(-1) for p in (weight, bias))
+    return DyTFn.apply(x2, alpha, w, b).reshape(x.shape)
+
+
+def softmax1(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """:func:`normlab.functional.softmax1` on the fast path where it applies (last dim)."""
+    check_float(x)
+    if not _applies(x) or dim not in (-1, x.dim() - 1):
+        return NF.softmax1(x, dim)
+    from normlab.kernels._ops import call
+    from normlab.kernels.autograd import Softmax1Fn
+
+    x2 = x.reshape(-1, x.shape[-1])
+    if not _grad(x):
+        return call("softmax1_fwd", x2.contiguous()).reshape(x.shape)
+    return Softmax1Fn.apply(x2).reshape(x.shape)

@@ -1,0 +1,383 @@
+// normlab CPU kernels: fused row-wise normalizers, forward and backward.
+//
+// Plain C++ (no torch headers, so it compiles in about a second) with an extern "C" API
+// called through ctypes on tensors' data pointers. Every function handles rows of length D
+// of a contiguous (R, D) array, float32 (bf = 0) or bfloat16 (bf = 1), computing in float32.
+// Weight, bias and every statistic are float32. Weight gradients are accumulated into a
+// fixed number of row blocks (NB, independent of the thread count) and summed in block
+// order, so they are bit-for-bit deterministic for any number of threads.
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <omp.h>
+
+namespace {
+
+constexpr long NB = 32;  // row blocks of the deterministic weight-gradient reduction
+
+inline float ld(const float* p, long i) { return p[i]; }
+inline float ld(const uint16_t* p, long i) {
+  uint32_t u = static_cast<uint32_t>(p[i]) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline void st(float* p, long i, float v) { p[i] = v; }
+inline void st(uint16_t* p, long i, float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
+  p[i] = static_cast<uint16_t>(v != v ? 0x7FC0u : rounded);
+}
+
+// exp(x) for x <= 88: Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, degree-7 Taylor
+// polynomial (truncation error < 6e-9 relative), scaled by 2^n through the exponent bits.
+// Below -87.33 (where float32 results turn subnormal) it returns 0.
+inline float fast_exp(float x) {
+  float xc = x < -87.33f ? -87.33f : (x > 88.37f ? 88.37f : x);
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return x < -87.33f ? 0.0f : p * scale;
+}
+
+// tanh(z): odd Taylor series to z^13 for |z| < 0.4 (error < 3e-8), else
+// 1 - 2 / (1 + exp(2|z|)) with |z| clamped at 9 (tanh(9) rounds to 1 in float32).
+inline float fast_tanh(float z) {
+  float a = std::fabs(z);
+  float z2 = z * z;
+  float q = 21844.0f / 6081075.0f;
+  q = q * z2 - 1382.0f / 155925.0f;
+  q = q * z2 + 62.0f / 2835.0f;
+  q = q * z2 - 17.0f / 315.0f;
+  q = q * z2 + 2.0f / 15.0f;
+  q = q * z2 - 1.0f / 3.0f;
+  float small = z + z * z2 * q;
+  float ac = a > 9.0f ? 9.0f : a;
+  float big = 1.0f - 2.0f / (1.0f + fast_exp(2.0f * ac));
+  big = z < 0.0f ? -big : big;
+  return a < 0.4f ? small : big;
+}
+
+inline int threads_for(long R, long D, int nt) { return (R * D < 32768 || R < 2) ? 1 : nt; }
+inline long block_lo(long b, long R) { return b * R / NB; }
+
+// partial (NB, D) -> out (D): sum the blocks in order (deterministic).
+void reduce_blocks(const float* part, float* out, long D, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (long j = 0; j < D; ++j) {
+    float s = 0.0f;
+    for (long b = 0; b < NB; ++b) s += part[b * D + j];
+    out[j] = s;
+  }
+}
+
+template <typename T>
+void rms_fwd(const T* x, const T* res, const float* w, T* sum, T* y, float* rstd, long R,
+             long D, float eps, int nt) {
+#pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
+  for (long i = 0; i < R; ++i) {
+    const long o = i * D;
+    const T* src = x + o;
+    if (res != nullptr) {  // fused residual add: sum = x + res, rounded to T, is normalized
+#pragma omp simd
+      for (long j = 0; j < D; ++j) st(sum + o, j, ld(x + o, j) + ld(res + o, j));
+      src = sum + o;
+    }
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (long j = 0; j < D; ++j) {
+      float v = ld(src, j);
+      ss += v * v;
+    }
+    const float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+    rstd[i] = r;
+    if (w != nullptr) {
+#pragma omp simd
+      for (long j = 0; j < D; ++j) st(y + o, j, (ld(src, j) * r) * w[j]);
+    } else {
+#pragma omp simd
+      for (long j = 0; j < D; ++j) st(y + o, j, ld(src, j) * r);
+    }
+  }
+}
+
+template <typename T>
+void rms_bwd(const T* dy, const T* x, const float* w, const float* rstd, const T* dsum, T* dx,
+             float* dwpart, long R, long D, int nt) {
+  const float invd = 1.0f / static_cast<float>(D);
+#pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
+  for (long b = 0; b < NB; ++b) {
+    float* acc = dwpart != nullptr ? dwpart + b * D : nullptr;
+    if (acc != nullptr) std::memset(acc, 0, sizeof(float) * D);
+    for (long i = block_lo(b, R); i < block_lo(b + 1, R); ++i) {
+      const long o = i * D;
+      const float r = rstd[i];
+      float c = 0.0f;
+#pragma omp simd reduction(+ : c)
+      for (long j = 0; j < D; ++j) {
+        float g = ld(dy + o, j) * (w != nullptr ? w[j] : 1.0f);
+        c += g * ld(x + o, j);
+      }
+      c = c * r * invd;
+#pragma omp simd
+      for (long j = 0; j < D; ++j) {
+        float xh = ld(x + o, j) * r;
+        float g = ld(dy + o, j) * (w != nullptr ? w[j] : 1.0f);
+        float v = r * (g - xh * c);
+        if (dsum != nullptr) v += ld(dsum + o, j);
+        st(dx + o, j, v);
+      }
+      if (acc != nullptr) {
+#pragma omp simd
+        for (long j = 0; j < D; ++j) acc[j] += ld(dy + o, j) * (ld(x + o, j) * r);
+      }
+    }
+  }
+}
+
+template <typename T>
+inline float row_mean(const T* x, long D) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (long j = 0; j < D; ++j) s += ld(x, j);
+  return s / static_cast<float>(D);
+}
+
+template <typename T>
+void ln_fwd(const T* x, const float* w, const float* bias, T* y, float* rstd, long R, long D,
+            float eps, int nt) {
+#pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
+  for (long i = 0; i < R; ++i) {
+    const long o = i * D;
+    const float mu = row_mean(x + o, D);
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (long j = 0; j < D; ++j) {
+      float d = ld(x + o, j) - mu;
+      ss += d * d;
+    }
+    const float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+    rstd[i] = r;
+#pragma omp simd
+    for (long j = 0; j < D; ++j) {
+      float v = (ld(x + o, j) - mu) * r;
+      if (w != nullptr) v = v * w[j];
+      if (bias != nullptr) v = v + bias[j];
+      st(y + o, j, v);
+    }
+  }
+}
+
+template <typename T>
+void ln_bwd(const T* dy, const T* x, const float* w, const float* rstd, T* dx, float* dwpart,
+            float* dbpart, long R, long D, int nt) {
+  const float invd = 1.0f / static_cast<float>(D);
+#pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
+  for (long b = 0; b < NB; ++b) {
+    float* aw = dwpart != nullptr ? dwpart + b * D : nullptr;
+    float* ab = dbpart != nullptr ? dbpart + b * D : nullptr;
+    if (aw != nullptr) std::memset(aw, 0, sizeof(float) * D);
+    if (ab != nullptr) std::memset(ab, 0, sizeof(float) * D);
+    for (long i = block_lo(b, R); i < block_lo(b + 1, R); ++i) {
+      const long o = i * D;
+      const float r = rstd[i];
+      const float mu = row_mean(x + o, D);  // recomputed: only rstd is saved
+      float c1 = 0.0f, c2 = 0.0f;
+#pragma omp simd reduction(+ : c1, c2)
+      for (long j = 0; j < D; ++j) {
+        float g = ld(dy + o, j) * (w != nullptr ? w[j] : 1.0f);
+        c1 += g;
+        c2 += g * (ld(x + o, j) - mu);
+      }
+      c1 *= invd;
+      c2 *= r * invd;
+#pragma omp simd
+      for (long j = 0; j < D; ++j) {
+        float xh = (ld(x + o, j) - mu) * r;
+        float g = ld(dy + o, j) * (w != nullptr ? w[j] : 1.0f);
+        st(dx + o, j, r * (g - c1 - xh * c2));
+      }
+      if (aw != nullptr) {
+#pragma omp simd
+        for (long j = 0; j < D; ++j) aw[j] += ld(dy + o, j) * ((ld(x + o, j) - mu) * r);
+      }
+      if (ab != nullptr) {
+#pragma omp simd
+        for (long j = 0; j < D; ++j) ab[j] += ld(dy + o, j);
+      }
+    }
+  }
+}
+
+template <typename T>
+void dyt_fwd(const T* x, float alpha, const float* w, const float* bias, T* y, long R, long D,
+             int nt) {
+#pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
+  for (long i = 0; i < R; ++i) {
+    const long o = i * D;
+#pragma omp simd
+    for (long j = 0; j < D; ++j) {
+      float v = fast_tanh(alpha * ld(x + o, j));
+      if (w != nullptr) v = v * w[j];
+      if (bias != nullptr) v = v + bias[j];
+      st(y + o, j, v);
+    }
+  }
+}
+
+template <typename T>
+void dyt_bwd(const T* dy, const T* x, float alpha, const float* w, T* dx, float* dwpart,
+             float* dbpart, float* dapart, long R, long D, int nt) {
+#pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
+  for (long b = 0; b < NB; ++b) {
+    float* aw = dwpart != nullptr ? dwpart + b * D : nullptr;
+    float* ab = dbpart != nullptr ? dbpart + b * D : nullptr;
+    if (aw != nullptr) std::memset(aw, 0, sizeof(float) * D);
+    if (ab != nullptr) std::memset(ab, 0, sizeof(float) * D);
+    float da = 0.0f;
+    for (long i = block_lo(b, R); i < block_lo(b + 1, R); ++i) {
+      const long o = i * D;
+      float dar = 0.0f;
+#pragma omp simd reduction(+ : dar)
+      for (long j = 0; j < D; ++j) {
+        float xv = ld(x + o, j);
+        float t = fast_tanh(alpha * xv);
+        float g = ld(dy + o, j);
+        float gt = g * (w != nullptr ? w[j] : 1.0f) * (1.0f - t * t);
+        st(dx + o, j, gt * alpha);
+        dar += gt * xv;
+        if (aw != nullptr) aw[j] += g * t;
+        if (ab != nullptr) ab[j] += g;
+      }
+      da += dar;
+    }
+    dapart[b] = da;
+  }
+}
+
+template <typename T>
+void softmax1_fwd(const T* x, T* y, long R, long D, int nt) {
+#pragma omp parallel num_threads(threads_for(R, D, nt))
+  {
+    float* buf = static_cast<float*>(std::malloc(sizeof(float) * (D > 0 ? D : 1)));
+#pragma omp for schedule(static)
+    for (long i = 0; i < R; ++i) {
+      const long o = i * D;
+      float m = 0.0f;  // the implicit logit 0 takes part in the max
+#pragma omp simd reduction(max : m)
+      for (long j = 0; j < D; ++j) m = std::fmax(m, ld(x + o, j));
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (long j = 0; j < D; ++j) {
+        float e = fast_exp(ld(x + o, j) - m);
+        buf[j] = e;
+        s += e;
+      }
+      const float inv = 1.0f / (fast_exp(-m) + s);
+#pragma omp simd
+      for (long j = 0; j < D; ++j) st(y + o, j, buf[j] * inv);
+    }
+    std::free(buf);
+  }
+}
+
+template <typename T>
+void softmax1_bwd(const T* dy, const T* y, T* dx, long R, long D, int nt) {
+#pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
+  for (long i = 0; i < R; ++i) {
+    const long o = i * D;
+    float c = 0.0f;
+#pragma omp simd reduction(+ : c)
+    for (long j = 0; j < D; ++j) c += ld(dy + o, j) * ld(y + o, j);
+#pragma omp simd
+    for (long j = 0; j < D; ++j) st(dx + o, j, ld(y + o, j) * (ld(dy + o, j) - c));
+  }
+}
+
+// In dispatch, void* is read as float* (bf = 0) or uint16_t* (bf = 1, bfloat16 bits).
+#define NL_T(p) static_cast<const T*>(p)
+#define NL_DISPATCH(bf, call)        \
+  do {                               \
+    if (bf) {                        \
+      using T = uint16_t;            \
+      call;                          \
+    } else {                         \
+      using T = float;               \
+      call;                          \
+    }                                \
+  } while (0)
+
+}  // namespace
+
+extern "C" {
+
+int nl_version() { return 1; }
+
+void nl_rms_fwd(int bf, const void* x, const void* res, const float* w, void* sum, void* y,
+                float* rstd, long R, long D, float eps, int nt) {
+  NL_DISPATCH(bf, rms_fwd<T>(NL_T(x), NL_T(res), w, static_cast<T*>(sum), static_cast<T*>(y),
+                             rstd, R, D, eps, nt));
+}
+
+void nl_rms_bwd(int bf, const void* dy, const void* x, const float* w, const float* rstd,
+                const void* dsum, void* dx, float* dwpart, float* dw, long R, long D, int nt) {
+  NL_DISPATCH(bf, rms_bwd<T>(NL_T(dy), NL_T(x), w, rstd, NL_T(dsum), static_cast<T*>(dx),
+                             dwpart, R, D, nt));
+  if (dw != nullptr) reduce_blocks(dwpart, dw, D, nt);
+}
+
+void nl_ln_fwd(int bf, const void* x, const float* w, const float* b, void* y, float* rstd,
+               long R, long D, float eps, int nt) {
+  NL_DISPATCH(bf, ln_fwd<T>(NL_T(x), w, b, static_cast<T*>(y), rstd, R, D, eps, nt));
+}
+
+void nl_ln_bwd(int bf, const void* dy, const void* x, const float* w, const float* rstd,
+               void* dx, float* dwpart, float* dbpart, float* dw, float* db, long R, long D,
+               int nt) {
+  NL_DISPATCH(bf, ln_bwd<T>(NL_T(dy), NL_T(x), w, rstd, static_cast<T*>(dx), dwpart, dbpart,
+                            R, D, nt));
+  if (dw != nullptr) reduce_blocks(dwpart, dw, D, nt);
+  if (db != nullptr) reduce_blocks(dbpart, db, D, nt);
+}
+
+void nl_dyt_fwd(int bf, const void* x, float alpha, const float* w, const float* b, void* y,
+                long R, long D, int nt) {
+  NL_DISPATCH(bf, dyt_fwd<T>(NL_T(x), alpha, w, b, static_cast<T*>(y), R, D, nt));
+}
+
+void nl_dyt_bwd(int bf, const void* dy, const void* x, float alpha, const float* w, void* dx,
+                float* dwpart, float* dbpart, float* dapart, float* dw, float* db, float* da,
+                long R, long D, int nt) {
+  NL_DISPATCH(bf, dyt_bwd<T>(NL_T(dy), NL_T(x), alpha, w, static_cast<T*>(dx), dwpart, dbpart,
+                             dapart, R, D, nt));
+  if (dw != nullptr) reduce_blocks(dwpart, dw, D, nt);
+  if (db != nullptr) reduce_blocks(dbpart, db, D, nt);
+  float s = 0.0f;
+  for (long b = 0; b < NB; ++b) s += dapart[b];
+  *da = s;
+}
+
+void nl_softmax1_fwd(int bf, const void* x, void* y, long R, long D, int nt) {
+  NL_DISPATCH(bf, softmax1_fwd<T>(NL_T(x), static_cast<T*>(y), R, D, nt));
+}
+
+void nl_softmax1_bwd(int bf, const void* dy, const void* y, void* dx, long R, long D, int nt) {
+  NL_DISPATCH(bf, softmax1_bwd<T>(NL_T(dy), NL_T(y), static_cast<T*>(dx), R, D, nt));
+}
+
+long nl_blocks() { return NB; }
+
+}  // extern "C"

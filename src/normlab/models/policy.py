@@ -1,0 +1,155 @@
+"""Small policies and toy RL problems used by the RL claims (kalman-reward, grpo-family).
+
+- :func:`reinforce_cartpole`: REINFORCE with a small MLP on gymnasium's numpy-vectorised
+  CartPole-v1, with the returns-to-go left raw, scaled by running moments, or Kalman-filtered.
+- :func:`train_bandit`: a softmax policy over discrete outputs trained by GRPO-family
+  advantages on a contextual bandit (user groups or prompts), with exact expected rewards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from normlab.rl import KalmanRewardNormalizer, RunningRewardNormalizer
+
+__all__ = ["MLPPolicy", "reinforce_cartpole", "train_bandit"]
+
+
+class MLPPolicy(nn.Module):
+    """A two-layer tanh MLP giving action logits: ``W2 tanh(W1 s + b1) + b2``."""
+
+    def __init__(self, in_features: int, n_actions: int, *, hidden: int = 32) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(in_features, hidden), nn.Tanh(), nn.Linear(hidden, n_actions)
+        )
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs)
+
+
+def _returns_to_go(rewards: np.ndarray, gamma: float) -> np.ndarray:
+    out, acc = np.empty_like(rewards), 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        acc = rewards[t] + gamma * acc
+        out[t] = acc
+    return out
+
+
+def reinforce_cartpole(
+    normalize: str,
+    *,
+    lr: float,
+    episodes: int,
+    batch: int,
+    seed: int,
+    gamma: float = 0.99,
+    hidden: int = 32,
+    q: float = 1e-2,
+    r: float = 1e-1,
+) -> list[float]:
+    """Train REINFORCE on CartPole-v1 and return every training episode's return, in order.
+
+    Each update runs ``batch`` episodes in a numpy-vectorised CartPole (500-step limit),
+    computes discounted returns-to-go ``G_t`` and the advantage ``A_t = f(G_t)``, and takes one
+    Adam step on ``-sum_t log pi(a_t | s_t) A_t / batch``. ``normalize`` picks ``f``:
+    ``"none"`` (``A = G``), ``"running"`` (``(G - mu) / sqrt(var + 1e-8)``, running moments
+    updated by the batch first, gymnasium's estimator), ``"kalman"`` (the paper's per-step
+    filter over the returns in time order, Q and R as given) or ``"kalman-episode"`` (a fresh
+    filter per episode, as the public CartPole code).
+    """
+    import gymnasium as gym
+
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    policy = MLPPolicy(4, 2, hidden=hidden)
+    opt = torch.optim.Adam(policy.parameters(), lr=lr)
+    running = RunningRewardNormalizer(center=True)
+    kalman = KalmanRewardNormalizer(q=q, r=r, mode="episode" if "episode" in normalize else "step")
+    env = gym.make_vec("CartPole-v1", num_envs=batch, vectorization_mode="vector_entry_point")
+    returns: list[float] = []
+    for update in range(episodes // batch):
+        obs, _ = env.reset(seed=int(seed * 100_003 + update))
+        alive = np.ones(batch, bool)
+        traj_obs, traj_act, traj_rew = [], [], []
+        while alive.any():
+            with torch.no_grad():
+                p1 = torch.softmax(policy(torch.as_tensor(obs)), -1)[:, 1].numpy()
+            act = (rng.random(batch) < p1).astype(np.int64)
+            traj_obs.append(obs), traj_act.append(act), traj_rew.append(alive.astype(float))
+            obs, _, term, trunc, _ = env.step(act)
+            alive &= ~(term | trunc)
+        o, a, m = np.stack(traj_obs), np.stack(traj_act), np.stack(traj_rew)  # (T, B)
+        adv = np.zeros_like(m)
+        for b in range(batch):
+            length = int(m[:, b].sum())
+            returns.append(float(length))
+            g = _returns_to_go(np.ones(length), gamma)
+            if normalize == "running":
+                running.update(g)
+                g = running.normalize(g)
+            elif normalize.startswith("kalman"):
+                g = kalman(g)
+            elif normalize != "none":
+                raise ValueError(f"Unknown normalization {normalize!r}.")
+            adv[:length, b] = g
+        logits = policy(torch.as_tensor(o.reshape(-1, 4)))
+        logp = torch.log_softmax(logits, -1).gather(1, torch.as_tensor(a.reshape(-1, 1)))[:, 0]
+        loss = -(logp * torch.as_tensor(adv.reshape(-1), dtype=logp.dtype)).sum() / batch
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    env.close()
+    return returns
+
+
+def train_bandit(
+    *,
+    n_contexts: int,
+    n_outputs: int,
+    steps: int,
+    lr: float,
+    sample: Callable[[np.random.Generator], tuple[np.ndarray, np.ndarray]],
+    reward: Callable[[np.ndarray, np.ndarray, np.random.Generator], np.ndarray],
+    advantage: Callable[[torch.Tensor, np.ndarray, np.ndarray], torch.Tensor],
+    evaluate: Callable[[np.ndarray], dict[str, float]],
+    seed: int,
+    log_every: int = 10,
+) -> dict[str, Any]:
+    """Train a softmax policy ``logits(c) = theta_shared + theta_c`` by policy gradient.
+
+    Each step ``sample(rng)`` gives the batch's contexts and group ids, outputs are drawn from
+    the policy, ``reward(contexts, outputs, rng)`` scores them, ``advantage(rewards, groups,
+    contexts)`` turns scores into advantages, and one SGD step is taken on
+    ``-mean(A log pi(a | c))``. ``evaluate(probs)`` maps the ``(n_contexts, n_outputs)``
+    policy to exact expected metrics; its values are logged every ``log_every`` steps.
+    """
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    shared = torch.zeros(n_outputs, dtype=torch.float64, requires_grad=True)
+    own = torch.zeros(n_contexts, n_outputs, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.SGD([shared, own], lr=lr)
+    curve: list[dict[str, float]] = []
+    for step in range(steps + 1):
+        logits = shared + own
+        if step % log_every == 0 or step == steps:
+            with torch.no_grad():
+                curve.append(evaluate(torch.softmax(logits, -1).numpy()))
+        if step == steps:
+            break
+        ctx, groups = sample(rng)
+        with torch.no_grad():
+            probs = torch.softmax(logits[ctx], -1).numpy()
+        out = (probs.cumsum(-1) < rng.random((len(ctx), 1))).sum(-1).clip(max=n_outputs - 1)
+        adv = advantage(torch.as_tensor(reward(ctx, out, rng)), groups, ctx)
+        logp = torch.log_softmax(logits[ctx], -1)[torch.arange(len(ctx)), out]
+        loss = -(adv.detach() * logp).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return {"curve": curve}

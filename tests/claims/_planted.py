@@ -1,0 +1,169 @@
+"""Small planted claims for the runner and report tests (not registered at import).
+
+The ``planted`` fixture (conftest.py) registers them for one test; worker processes find
+them in this module's globals (``runner._find_claim``), so pooled runs work too.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from normlab.claims.common import cell
+from normlab.claims.core import Check, CheckOutcome, Claim, Effect, Margin, Precondition
+
+CONFIGS = {"smoke": {"seeds": 1}, "quick": {"seeds": 3}, "full": {"seeds": 4}}
+CHOICE = "normlab's choice: a planted test claim"
+
+
+def _run_ok(config, seed):
+    from normlab.probes.rank import numerical_rank  # a function-level import, followed too
+
+    assert callable(numerical_rank)
+    return {
+        "table": {
+            "method": {"rank": 3.0, "score": 1.0 + 0.1 * seed},
+            "baseline": {"rank": 2.0, "score": 0.0},
+        },
+        "curves": {"loss": [1.0, float("inf"), float("nan")]},
+    }
+
+
+def _figure(measurements):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [cell(m, "method", "score") for m in measurements][:1] * 3, "o-")
+    return fig
+
+
+def _check(config):
+    return CheckOutcome(True, 0.0, "planted property holds exactly")
+
+
+def _failing_check(config):
+    return CheckOutcome(False, 1.0, "planted property fails")
+
+
+def _score_gap(m):
+    return cell(m, "method", "score") - cell(m, "baseline", "score")
+
+
+def _rank_gap(m):
+    return cell(m, "method", "rank") - cell(m, "baseline", "rank")
+
+
+PRIMARY = Effect(
+    "score_gap",
+    "method minus baseline score",
+    _score_gap,
+    direction="greater",
+    margin=Margin(0.5, CHOICE),
+    baseline="baseline",
+    unit="pts",
+)
+SECONDARY = Effect(
+    "rank_gap",
+    "method minus baseline rank",
+    _rank_gap,
+    direction="greater",
+    margin=Margin(0.0, CHOICE),
+    baseline="baseline",
+)
+
+OK = Claim(
+    id="planted-ok",
+    paper="A planted paper",
+    hypothesis="the method scores higher",
+    primary=PRIMARY,
+    secondary=(SECONDARY,),
+    headline="+1 point",
+    configs=CONFIGS,
+    run=_run_ok,
+    checks=(Check("exact", "a planted exact property", _check),),
+    preconditions=(
+        Precondition(
+            "has_rank",
+            "the baseline's rank",
+            lambda m: cell(m, "baseline", "rank"),
+            op=">=",
+            threshold=1.0,
+            source=CHOICE,
+        ),
+    ),
+    setup="planted",
+    scale_note="the planted claim runs one variant at quick scale",
+    figure=_figure,
+    caption="look at the planted dots",
+)
+
+UNTESTABLE = Claim(
+    id="planted-untestable",
+    paper="A planted paper",
+    hypothesis="the method scores higher where the baseline has rank 10",
+    primary=PRIMARY,
+    headline="+1 point",
+    configs=CONFIGS,
+    run=_run_ok,
+    preconditions=(
+        Precondition(
+            "big_rank",
+            "the baseline's rank",
+            lambda m: cell(m, "baseline", "rank"),
+            op=">=",
+            threshold=10.0,
+            source=CHOICE,
+        ),
+    ),
+)
+
+CHECK_FAILS = Claim(
+    id="planted-check-fails",
+    paper="A planted paper",
+    hypothesis="the method scores higher",
+    primary=PRIMARY,
+    headline="+1 point",
+    configs=CONFIGS,
+    run=_run_ok,
+    checks=(Check("broken", "a property that fails", _failing_check),),
+)
+
+
+def _run_slow(config, seed):
+    marker = os.environ.get("PLANTED_SLOW_MARKERS")
+    if marker:
+        open(os.path.join(marker, f"started-{seed}"), "w").close()
+    deadline = time.time() + float(os.environ.get("PLANTED_SLOW_SECONDS", "60"))
+    while time.time() < deadline:
+        time.sleep(0.05)
+    return {"table": {"method": {"score": 1.0}, "baseline": {"score": 0.0}}}
+
+
+SLOW = Claim(
+    id="planted-slow",
+    paper="A planted paper",
+    hypothesis="waiting",
+    primary=PRIMARY,
+    headline="none",
+    configs={s: {"seeds": 2} for s in CONFIGS},
+    run=_run_slow,
+)
+
+
+def _boom(config, seed):
+    raise RuntimeError(f"planted failure in seed {seed}")
+
+
+FAILS = Claim(
+    id="planted-fails",
+    paper="A planted paper",
+    hypothesis="never measured",
+    primary=PRIMARY,
+    headline="none",
+    configs=CONFIGS,
+    run=_boom,
+)
+
+ALL = (OK, UNTESTABLE, CHECK_FAILS, SLOW, FAILS)
+assert all(math.isfinite(c.primary.margin.value) for c in ALL)

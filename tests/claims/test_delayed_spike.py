@@ -1,0 +1,39 @@
+"""The delayed-spike claim: smoke run, check, effect signs, and its reference model."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from normlab.claims.catalogue.delayed_spike import CLAIM
+from normlab.models.bn_linear import BNLinear, waiting_time_bound, whitened_regression
+
+
+def test_smoke_run_checks_and_effect_signs():
+    torch.set_num_threads(1)
+    claim = CLAIM
+    cfg = claim.config("smoke")
+    m = claim.run(cfg, 0)
+    for e in claim.effects:
+        assert math.isfinite(e.fn(m)), e.name
+    for c in claim.checks:
+        assert c.fn(cfg).passed, c.name
+    assert m["table"]["no-bn"]["spike_height"] == 0.0  # the control descends monotonically
+    table = {"bn": {"spike_height": 0.0, "slack": -3.0}, "no-bn": {"spike_height": 1.0}}
+    assert claim.primary.fn({"table": table}) < -claim.primary.margin.value
+    table = {"bn": {"spike_height": 2.0, "slack": 4.0}, "no-bn": {"spike_height": 0.0}}
+    assert claim.primary.fn({"table": table}) > claim.primary.margin.value
+    assert claim.secondary[0].fn({"table": table}) > 0
+
+
+def test_whitened_data_and_bn_model_is_scale_invariant():
+    d = whitened_regression(64, 5, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(d.x.T @ d.x / 64, torch.eye(5, dtype=torch.float64), atol=1e-12)
+    model = BNLinear(5)
+    out = model(d.x)
+    with torch.no_grad():
+        model.weight.mul_(7.0)
+    assert torch.allclose(model(d.x), out, atol=1e-10)
+    assert math.isinf(waiting_time_bound(2.01, 1e-3, 0.5))  # vacuous when rho <= 1
+    assert waiting_time_bound(3.0, 1e-3, 0.1) > 0

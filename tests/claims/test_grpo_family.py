@@ -1,0 +1,53 @@
+"""The grpo-family claim: smoke run, the TRL check, and effects that can land on either side."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from normlab.claims.catalogue.grpo_family import CLAIM, PREF_ARMS, PROXY_ARMS
+
+
+def _table(good: bool) -> dict:
+    hi, lo = (0.9, 0.5) if good else (0.5, 0.9)
+    table = {f"a/{arm}": {"minority_true": lo, "majority_true": lo} for arm in PREF_ARMS}
+    table["a/p-grpo"] = {"minority_true": hi, "majority_true": hi}
+    table |= {f"b/{arm}": {"true": lo, "gap": 0.08, "gap_gain": 0.03} for arm in PROXY_ARMS}
+    for arm in ("slas", "batch-std", "dr-grpo"):
+        table[f"b/{arm}"] = {"true": hi, "gap": 0.02 if good else 0.1, "gap_gain": 0.0}
+    return {"table": table}
+
+
+def test_smoke_run_gives_finite_effects_and_checks_pass():
+    torch.set_num_threads(1)
+    config = CLAIM.config("smoke")
+    m = CLAIM.run(config, 0)
+    assert set(m["table"]) == {f"a/{a}" for a in PREF_ARMS} | {f"b/{a}" for a in PROXY_ARMS}
+    for effect in CLAIM.effects:
+        assert math.isfinite(effect.fn(m)), effect.name
+    for row in m["table"].values():
+        assert all(0.0 <= row[k] <= 1.0 for k in ("minority_true", "true") if k in row)
+    for check in CLAIM.checks:
+        assert check.fn(config).passed, check.name
+
+
+def test_effects_take_both_signs():
+    good, bad = _table(True), _table(False)
+    for effect in CLAIM.effects:
+        g, b = effect.fn(good), effect.fn(bad)
+        m = effect.margin.value
+        if effect.direction == "greater":
+            assert g > m and b < 0, effect.name
+        elif effect.direction == "less":
+            assert g < -m and b > 0, effect.name
+        else:  # no_less
+            assert g > -m and b < -m, effect.name
+    under, hacks = CLAIM.preconditions
+    good["table"]["a/grpo"] = {"minority_true": 0.4, "majority_true": 0.9}
+    assert under.holds(under.fn(good))
+    good["table"]["a/grpo"] = {"minority_true": 0.9, "majority_true": 0.9}
+    assert not under.holds(under.fn(good))
+    assert hacks.holds(hacks.fn(good))
+    good["table"]["b/grpo"]["gap_gain"] = -0.01
+    assert not hacks.holds(hacks.fn(good))

@@ -1,0 +1,52 @@
+"""The macro claim: smoke run, its checks, and effect signs on hand-built tables."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from normlab.claims.catalogue.macro import CLAIM, build
+
+
+def _m(macro_bpb, base_bpb, macro_growth=0.0, control_growth=1.0):
+    return {
+        "table": {
+            "nonorm-macro": {"val_bpb": macro_bpb, "scale_growth": macro_growth},
+            "rmsnorm-adamw": {"val_bpb": base_bpb, "scale_growth": 0.5},
+            "nonorm-adamw": {"val_bpb": 4.0, "scale_growth": control_growth},
+        }
+    }
+
+
+def test_effects_come_out_both_ways():
+    primary, bound = CLAIM.primary, CLAIM.secondary[0]
+    assert primary.fn(_m(3.0, 3.1)) == pytest.approx(-0.1)
+    assert primary.fn(_m(3.3, 3.1)) > primary.margin.value
+    assert bound.fn(_m(3, 3, macro_growth=0.0, control_growth=1.0)) > bound.margin.value
+    assert bound.fn(_m(3, 3, macro_growth=1.0, control_growth=0.0)) < 0
+
+
+def test_nonorm_arm_has_no_norm():
+    cfg = {"d_model": 16, "n_layers": 1, "n_heads": 2, "context": 8}
+    model = build("nonorm-macro", cfg, 0)
+    assert isinstance(model.norm_f, nn.Identity)
+
+    def norms(m):
+        return [x for x in m.modules() if type(x).__name__ in ("RMSNorm", "LayerNorm")]
+
+    assert not norms(model) and len(norms(build("rmsnorm-adamw", cfg, 0))) == 3
+
+
+@pytest.mark.slow
+def test_smoke_run_and_checks():
+    torch.set_num_threads(1)
+    config = CLAIM.config("smoke")
+    m = CLAIM.run(config, 0)
+    for effect in CLAIM.effects:
+        assert math.isfinite(effect.fn(m)), effect.name
+    for check in CLAIM.checks:
+        assert check.fn(config).passed, check.name
+    assert CLAIM.config("quick")["seeds"] >= 5

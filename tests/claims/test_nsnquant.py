@@ -1,0 +1,51 @@
+"""The nsnquant claim: smoke run, checks, and effect signs on hand-built tables."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from normlab.claims.catalogue.nsnquant import CLAIM
+
+
+def _table(nsn: float, kmeans: float, kivi: float, shift: float = 0.02) -> dict:
+    table = {"fp": {"prose_bpb": 3.0, "code_bpb": 2.5}}
+    rows = (("nsn", nsn), ("kmeans", kmeans), ("kivi", kivi), ("kmeans-matched", kmeans))
+    rows += (("kivi-matched", kivi), ("kmeans-oracle", kmeans - shift))
+    for name, err in rows:
+        for bits in (1, 2):
+            table[f"{name}-{bits}bit"] = {
+                "prose_attn_err": err,
+                "code_attn_err": err - (shift if name == "kmeans" else 0),
+                "prose_bpb": 3.0 + err,
+                "code_bpb": 2.5,
+                "bytes_per_token": 10.0,
+            }
+    return {"table": table}
+
+
+def test_smoke_run_checks_and_finite_effects(smoke_measurement):
+    config = CLAIM.config("smoke")
+    m = smoke_measurement(CLAIM.id)
+    json.dumps(m)
+    for effect in CLAIM.effects:
+        assert math.isfinite(effect.fn(m)), effect.name
+    for check in CLAIM.checks:
+        assert check.fn(config).passed, check.name
+    rows = m["table"]
+    assert rows["nsn-2bit"]["prose_attn_err"] < rows["nsn-1bit"]["prose_attn_err"]
+    assert rows["kmeans-2bit"]["bytes_per_token"] == 2 * rows["kmeans-1bit"]["bytes_per_token"]
+    for bits in (1, 2):  # matched baselines store at least NSNQuant's bytes
+        nsn = rows[f"nsn-{bits}bit"]["bytes_per_token"]
+        assert rows[f"kmeans-matched-{bits}bit"]["bytes_per_token"] >= nsn
+        assert rows[f"kivi-matched-{bits}bit"]["bytes_per_token"] >= nsn
+
+
+def test_effects_land_on_both_sides():
+    good, bad = _table(0.05, 0.10, 0.12), _table(0.12, 0.08, 0.10)
+    p = CLAIM.primary
+    assert p.fn(good) < -p.margin.value and p.fn(bad) > 0
+    pre = CLAIM.preconditions[0]
+    assert pre.holds(pre.fn(good)) and not pre.holds(pre.fn(_table(0.05, 0.1, 0.1, -0.02)))
+    shift = next(e for e in CLAIM.secondary if e.name == "shift_degradation")
+    assert shift.fn(good) < 0 < shift.fn(_table(0.05, 0.1, 0.1, shift=-0.02))

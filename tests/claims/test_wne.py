@@ -1,0 +1,50 @@
+"""The wne claim: smoke run, its check, data, and effect signs on hand-built tables."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from normlab.claims.catalogue.wne import CLAIM
+from normlab.models.denoise import DenoiseCNN, psnr, synthetic_scenes
+
+
+def _m(plain50, wne50, plain15=30.0, wne15=30.0, noisy15=24.6):
+    return {
+        "table": {
+            "plain": {"psnr_50": plain50, "psnr_15": plain15, "noisy_psnr_15": noisy15},
+            "wne": {"psnr_50": wne50, "psnr_15": wne15, "noisy_psnr_15": noisy15},
+        }
+    }
+
+
+def test_effects_and_precondition_come_out_both_ways():
+    primary, in_range = CLAIM.primary, CLAIM.secondary[0]
+    assert primary.fn(_m(18.0, 19.0)) == pytest.approx(1.0)
+    assert primary.fn(_m(19.0, 18.0)) == pytest.approx(-1.0)
+    assert in_range.fn(_m(0, 0, wne15=29.0)) < -in_range.margin.value
+    assert in_range.fn(_m(0, 0, wne15=30.5)) > 0
+    pre = CLAIM.preconditions[0]
+    assert pre.holds(pre.fn(_m(0, 0))) and not pre.holds(pre.fn(_m(0, 0, plain15=24.0)))
+
+
+def test_data_and_model():
+    imgs = synthetic_scenes(4, seed=0)
+    assert imgs.shape == (4, 1, 16, 16) and imgs.min() >= 0 and imgs.max() <= 1
+    assert torch.equal(imgs, synthetic_scenes(4, seed=0))
+    assert DenoiseCNN(3, 4)(imgs).shape == imgs.shape
+    assert psnr(imgs, imgs) == pytest.approx(120.0)
+
+
+@pytest.mark.slow
+def test_smoke_run_and_checks():
+    torch.set_num_threads(1)
+    config = CLAIM.config("smoke")
+    m = CLAIM.run(config, 0)
+    for effect in CLAIM.effects:
+        assert math.isfinite(effect.fn(m)), effect.name
+    for check in CLAIM.checks:
+        assert check.fn(config).passed, check.name
+    assert CLAIM.config("quick")["seeds"] >= 5

@@ -1,0 +1,186 @@
+"""The CPU fast paths equal the plain torch path, forward and backward, and fall back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from normlab import kernels as K
+from normlab.kernels import autograd as KA
+from normlab.kernels import cpu
+from normlab.layers import DyT, LayerNorm, RMSNorm
+from tests.kernels._cases import CASES, assert_close, make_inputs, run
+
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def library() -> None:
+    """Build (or load) the library once; skip everything where no compiler exists."""
+    if cpu.library() is None:
+        pytest.skip("no C++ compiler: the CPU kernels are unavailable here")
+
+
+def _fast_fns() -> tuple[str, ...]:
+    return tuple(f"{cls.__name__}Backward" for cls in (
+        KA.RMSNormFn, KA.AddRMSNormFn, KA.LayerNormFn, KA.DyTFn, KA.Softmax1Fn
+    ))  # fmt: skip
+
+
+def _on_fast_path(y: torch.Tensor) -> bool:
+    fn = y.grad_fn
+    while fn is not None and type(fn).__name__.startswith(("View", "Reshape", "Unsafe")):
+        fn = fn.next_functions[0][0]  # the reshape back to the caller's shape
+    return fn is not None and type(fn).__name__.startswith(_fast_fns())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("contiguous", [True, False], ids=["contiguous", "strided"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fast_path_equals_reference(name: str, dtype: torch.dtype, contiguous: bool) -> None:
+    fast, ref, _ = CASES[name]
+    inputs = make_inputs(name, (5, 123, 1023), dtype, contiguous=contiguous)
+    before = [t.clone() for t in inputs]
+    outs, grads_in, grads_out = run(fast, inputs, None)
+    kept = [g.clone() for g in grads_out]
+    ref_outs, ref_grads, _ = run(ref, inputs, grads_out)
+    for i, (a, b) in enumerate(zip(outs, ref_outs, strict=True)):
+        assert a.dtype == b.dtype
+        assert_close(a, b, dtype, f"{name} output {i}")
+    for i, (a, b) in enumerate(zip(grads_in, ref_grads, strict=True)):
+        assert_close(a, b, dtype if inputs[i].dtype == dtype else torch.float32, f"grad {i}")
+    for t, t0 in zip([*inputs, *grads_out], [*before, *kept], strict=True):
+        assert torch.equal(t, t0), "a caller's tensor was changed in place"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_zero_rows(name: str) -> None:
+    fast, ref, _ = CASES[name]
+    inputs = make_inputs(name, (0, 1023), torch.float32, contiguous=True)
+    outs, grads, g = run(fast, inputs, None)
+    ref_outs, ref_grads, _ = run(ref, inputs, g)
+    for a, b in zip([*outs, *grads], [*ref_outs, *ref_grads], strict=True):
+        assert_close(a, b, torch.float32, name)
+
+
+def test_layers_use_the_fast_path_and_the_switch_turns_it_off() -> None:
+    x = torch.randn(4, 8, 64, requires_grad=True)
+    layers = [RMSNorm(64), LayerNorm(64), DyT(64)]
+    for layer in layers:
+        assert _on_fast_path(layer(x)), type(layer).__name__
+    assert _on_fast_path(K.softmax1(x))
+    with K.use_kernels(False):
+        assert not K.is_enabled()
+        assert not any(_on_fast_path(layer(x)) for layer in layers)
+    assert K.is_enabled()
+    code = "import normlab.kernels as K; print(K.is_enabled())"
+    env = {**os.environ, "NORMLAB_KERNELS": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_plain_path_where_no_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no C++ compiler found")
+
+    monkeypatch.setattr(cpu, "build", fail)
+    monkeypatch.setattr(K, "_READY", {})
+    cpu.reset()
+    try:
+        assert cpu.library() is None and not K.available("cpu")
+        x = torch.randn(3, 16, requires_grad=True)
+        y = RMSNorm(16)(x)
+        assert not _on_fast_path(y)
+        torch.testing.assert_close(y, torch.nn.functional.rms_norm(x, (16,)))
+    finally:
+        cpu.reset()
+    monkeypatch.undo()
+    assert cpu.library() is not None
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm", "dyt"])
+def test_weight_gradients_are_deterministic(name: str) -> None:
+    fast = CASES[name][0]
+    inputs = make_inputs(name, (300, 1023), torch.float32, contiguous=True)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        _, g1, grads = run(fast, inputs, None)
+        torch.set_num_threads(2)
+        _, g2, _ = run(fast, inputs, grads)
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(g1[1:], g2[1:], strict=True):
+        assert torch.equal(a, b)
+
+
+def test_dyt_tanh_is_within_1e6_of_torch() -> None:
+    z = torch.linspace(-30.0, 30.0, 600_001).reshape(1, -1)
+    z = torch.cat([z, torch.logspace(-12, 1, 100).reshape(1, -1).repeat(1, 6001)[:, :600_001]])
+    y = K.dyt(z, torch.tensor([1.0]))
+    assert (y - torch.tanh(z)).abs().max().item() <= 1e-6
+
+
+def test_softmax1_masked_row_is_zero_and_bf16_weight_mix() -> None:
+    x = torch.full((2, 7), -torch.inf)
+    x[1] = torch.randn(7)
+    y = K.softmax1(x)
+    assert torch.equal(y[0], torch.zeros(7)) and torch.isfinite(y).all()
+    xb = torch.randn(6, 32, dtype=torch.bfloat16, requires_grad=True)
+    layer = RMSNorm(32, eps=1e-6)  # float32 weight, bfloat16 input
+    with torch.no_grad():
+        layer.weight.uniform_(0.5, 1.5)
+    y = layer(xb)
+    with K.use_kernels(False):
+        ref = layer(xb)
+    assert y.dtype == torch.bfloat16
+    assert_close(y, ref, torch.bfloat16, "bf16 input, fp32 weight")
+
+
+def test_double_backward_matches_reference() -> None:
+    x = torch.randn(4, 32, requires_grad=True)
+    w = torch.randn(32, requires_grad=True)
+    got = []
+    for on in (True, False):
+        with K.use_kernels(on):
+            for fn in (lambda: K.rms_norm(x, (32,), w), lambda: K.layer_norm(x, (32,), w)):
+                (gx,) = torch.autograd.grad((fn() ** 3).sum(), x, create_graph=True)
+                got.append(torch.autograd.grad(gx.pow(2).sum(), (x, w)))
+            y = K.softmax1(x)
+            (gx,) = torch.autograd.grad((y**2).sum(), x, create_graph=True)
+            got.append(torch.autograd.grad(gx.pow(2).sum(), x))
+    for a, b in zip(got[:3], got[3:], strict=True):
+        for u, v in zip(a, b, strict=True):
+            torch.testing.assert_close(u, v, atol=1e-4, rtol=1e-4)
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(d, d)
+        self.rms, self.ln, self.dyt = RMSNorm(d), LayerNorm(d), DyT(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.dyt(self.ln(self.rms(self.lin(x))))
+        s, y = K.add_rms_norm(h, x, (x.shape[-1],), self.rms.weight)
+        return K.softmax1(y) + s
+
+
+@pytest.mark.slow
+def test_under_torch_compile() -> None:
+    model = _Block(24)
+    x = torch.randn(3, 5, 24)
+    ref = model(x)
+    ref.square().sum().backward()
+    ref_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    y = compiled(x)
+    y.square().sum().backward()
+    torch.testing.assert_close(y, ref, atol=1e-5, rtol=1e-5)
+    for p, g in zip(model.parameters(), ref_grads, strict=True):
+        torch.testing.assert_close(p.grad, g, atol=1e-5, rtol=1e-5)
