@@ -1,13 +1,31 @@
-"""Benchmark normlab's norms against torch and copy bandwidth (same as `normlab bench`).
+"""Benchmark normlab's fused kernels against torch, eager, compiled and copy bandwidth.
 
-Run with allocator settings that keep page faults out of the numbers:
+The same as ``normlab bench``. Run with one thread on a shared machine:
 
-    MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 python benchmarks/bench_norms.py
+    python benchmarks/bench_norms.py [--full] [--model] [--threads N]
+
+``--full`` adds the ``torch.compile`` peer and more repeats; ``--model`` times TinyGPT's
+training step and inference with the kernels on and off. Results go to ``bench.json`` and
+``bench.png``. On a GPU machine use ``benchmarks/gpu.sh``.
 """
 
+import argparse
 import sys
+
+import torch
 
 from normlab.bench import run_benchmarks
 
 if __name__ == "__main__":
-    sys.exit(run_benchmarks(quick="--full" not in sys.argv))
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--full", action="store_true")
+    p.add_argument("--model", action="store_true")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    sys.exit(
+        run_benchmarks(
+            quick=not a.full, model=a.model, device=a.device, out="bench.json", plot="bench.png"
+        )
+    )

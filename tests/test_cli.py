@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -257,3 +258,21 @@ def test_python_dash_m_normlab_lists(capsys):
         timeout=60,
     )
     assert done.returncode == 0 and "`softmax1`" in done.stdout
+
+
+def test_bench_runs_the_selected_ops_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--shapes", "64x128", "--ops", "rmsnorm", "--dtypes", "float32"]
+    argv += ["--modes", "fwd", "--repeats", "1", "--no-compile", "--out", str(out)]
+    assert main(argv) == 0
+    rows = json.loads(out.read_text())["ops"]
+    assert [(r["op"], r["shape"], r["mode"]) for r in rows] == [("rmsnorm", [64, 128], "fwd")]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--shapes", "8x"], ["--ops", "nope"], ["--dtypes", "int8"], ["--repeats", "0"]],
+)
+def test_bench_rejects_bad_options_with_exit_2(argv, capsys):
+    assert main(["bench", *argv]) == 2
+    assert "error" in capsys.readouterr().err

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import math
 
-from normlab.claims.catalogue.adaptive_scaling import ARMS, CLAIM, f1_score
+from normlab.claims.catalogue.adaptive_scaling import ARMS, CLAIM, FIXED, f1_score
 
 
 def _table(learned: float, fixed: tuple[float, float, float], frozen: float = 0.1) -> dict:
-    table = {arm: {"val_f1": f, "test_f1": f, "lr": 1e-2} for arm, f in zip(ARMS, fixed)}
+    rows = zip(FIXED, fixed, strict=True)
+    table = {arm: {"val_f1": f, "test_f1": f, "lr": 1e-2} for arm, f in rows}
     table["learned"] = {"val_f1": learned, "test_f1": learned, "lr": 1e-2}
     table["frozen"] = {"val_f1": frozen, "test_f1": frozen, "lr": 1e-2}
     return {"table": table}
@@ -43,9 +44,9 @@ def test_best_fixed_is_chosen_on_validation():
     m = _table(0.5, (0.1, 0.2, 0.4))
     m["table"]["asinh"]["test_f1"] = 0.3  # best on validation, worse on test than minmax's
     m["table"]["minmax"]["test_f1"] = 0.45
-    assig = {e.name: e.fn(m) for e in CLAIM.effects}
-    assert math.isclose(assig["f1_vs_best_fixed"], 0.5 - 0.3)
-    assert math.isclose(assig["f1_vs_max_fixed"], 0.5 - 0.45)
+    got = {e.name: e.fn(m) for e in CLAIM.effects}
+    assert math.isclose(got["f1_vs_best_fixed"], 0.5 - 0.3)
+    assert math.isclose(got["f1_vs_max_fixed"], 0.5 - 0.45)
 
 
 def test_f1_score_closed_form():

@@ -13,6 +13,8 @@ def test_smoke_run_measures_every_stack(smoke_measurement):
     for name in STACKS:
         assert len(m["curves"][name]) == depth
         assert 0 <= m["table"][name]["residual_last"] <= 1 + 1e-12
+    assert m["table"]["plain-out"]["gate_identifiability"] < 1e-12
+    assert 0 <= m["table"]["pgop"]["gate_identifiability"] <= 1
 
 
 def test_layernorm_adds_exactly_one_affine_dimension_off_the_origin():
@@ -28,7 +30,15 @@ def _table(no_res, res, res_ln, no_res_ln):
         "attention+ln": no_res_ln,
         "attention+residual+ln": res_ln,
     }
-    return {"table": {k: {"log10_drop": v, "residual_last": 0.1} for k, v in drops.items()}}
+    table = {k: {"log10_drop": v, "residual_last": 0.1} for k, v in drops.items()}
+    # PG-OP cells: identifiable and cheap in the "collapse" table, the reverse otherwise.
+    good = no_res > res
+    table["pgop"] = {"gate_identifiability": 0.2 if good else 0.0, "loss": 1.0 if good else 1.5}
+    table["plain-out"] = {
+        "gate_identifiability": 0.0 if good else 0.1,
+        "loss": 1.2 if good else 1.0,
+    }
+    return {"table": table}
 
 
 def test_effects_take_both_signs_on_constructed_tables():

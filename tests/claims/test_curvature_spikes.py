@@ -21,6 +21,7 @@ def test_smoke_run_checks_and_effect_signs(smoke_measurement):
         assert math.isfinite(e.fn(m)), e.name
     for c in CLAIM.checks:
         assert c.fn(cfg).passed, c.name
+    assert CLAIM.figure([m]) is not None
     assert len(m["curves"]["loss"]) == len(m["curves"]["curvature"]) == cfg["steps"]
     margin = CLAIM.primary.margin.value
     hi = {"table": {"modular": {"rho": 0.3, "rho_placebo": 0.0, "spikes": 2.0, "spiked": 1.0}}}

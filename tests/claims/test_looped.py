@@ -31,6 +31,7 @@ def test_smoke_run_and_checks(smoke_measurement):
         assert row["lr"] in cfg["lrs"] and row["diverged"] == 0
     for c in CLAIM.checks:
         assert c.fn(cfg).passed, c.name
+    assert CLAIM.figure([m]) is not None
 
 
 def test_effects_land_on_both_sides():

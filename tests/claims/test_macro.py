@@ -40,7 +40,6 @@ def test_nonorm_arm_has_no_norm():
     assert not norms(model) and len(norms(build("rmsnorm-adamw", cfg, 0))) == 3
 
 
-@pytest.mark.slow
 def test_smoke_run_and_checks():
     torch.set_num_threads(1)
     config = CLAIM.config("smoke")

@@ -13,7 +13,7 @@ from normlab.models.pinn import PINN, ResidualCNN, poisson_exact, poisson_loss
 
 def _m(adam_deep, sg_deep, adam_shallow=-1.0, adam_acc=0.5, sg_acc=0.5):
     t = {
-        "adam-d4": {"log10_rel_l2": adam_shallow},
+        "adam-d4": {"log10_rel_l2": adam_shallow, "rel_l2": 10**adam_shallow},
         "stablegrad-d4": {"log10_rel_l2": -1.0},
         "adam-d16": {"log10_rel_l2": adam_deep},
         "stablegrad-d16": {"log10_rel_l2": sg_deep},
@@ -32,6 +32,9 @@ def test_effects_and_precondition_come_out_both_ways():
     pre = CLAIM.preconditions[0]
     assert pre.holds(pre.fn(_m(-0.2, 0, adam_shallow=-1.0)))
     assert not pre.holds(pre.fn(_m(-1.0, 0, adam_shallow=-0.2)))
+    learns = CLAIM.preconditions[1]
+    assert learns.holds(learns.fn(_m(0, 0, adam_shallow=-1.0)))
+    assert not learns.holds(learns.fn(_m(0, 0, adam_shallow=0.01)))
 
 
 def test_pinn_knows_the_exact_solution():
@@ -42,7 +45,6 @@ def test_pinn_knows_the_exact_solution():
     assert ResidualCNN(2, 4)(torch.rand(3, 1, 8, 8)).shape == (3, 10)
 
 
-@pytest.mark.slow
 def test_smoke_run_and_checks():
     torch.set_num_threads(1)
     config = CLAIM.config("smoke")

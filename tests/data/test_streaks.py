@@ -26,12 +26,11 @@ def test_deterministic_by_seed():
 
 
 def test_streak_pixels_present_and_brighter_than_background():
-    x, m = streak_frames(8, _gen(3), size=16, frames=3, p_object=1.0, stars=0)
+    x, m = streak_frames(8, _gen(3), size=16, p_object=1.0, stars=0, amplitude=(8.0, 16.0))
     for i in range(8):
-        for f in range(3):
-            assert m[i, f].sum() >= 1  # every frame shows the object
-    background = x[m == 0].median()
-    assert x[m == 1].mean() - background > 4.0  # peak 2..5 sigma -> mean of mask > 4?
+        assert m[i].sum() >= 1  # the object is in the frames (it may leave the field)
+        lift = x[i][m[i] == 1].mean() - x[i][m[i] == 0].median()
+        assert lift > 3.0  # mask = profile > 0.5 of a peak >= 8 noise sigma
     none = streak_frames(8, _gen(3), size=16, p_object=0.0)[1]
     assert none.sum() == 0
 

@@ -38,7 +38,12 @@ CASES: dict[str, tuple[Callable, Callable, tuple[tuple[int, ...], ...]]] = {
 
 
 def make_inputs(
-    name: str, shape: tuple[int, ...], dtype: torch.dtype, *, contiguous: bool
+    name: str,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    *,
+    contiguous: bool,
+    device: str = "cpu",
 ) -> list[torch.Tensor]:
     """``x`` (non-contiguous on request, features last) and the case's parameters."""
     d = shape[-1]
@@ -57,7 +62,7 @@ def make_inputs(
             params.append(torch.tensor([0.7]))
         else:
             params.append(torch.randn(d) * 0.5 + 1)
-    return [x, *params]
+    return [t.to(device) for t in (x, *params)]
 
 
 def run(

@@ -62,6 +62,7 @@ def test_center_unembed_keeps_probabilities(family):
     assert model.get_output_embeddings().weight.mean(0).abs().max() < 1e-6
 
 
+@pytest.mark.slow
 def test_fold_command_on_hugging_face_families(tmp_path, capsys):
     from normlab.cli import main
 

@@ -14,7 +14,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
+from rich.table import Column, Table
 
 from normlab.claims.core import Claim
 from normlab.claims.runner import ClaimResult, TaskResult
@@ -100,12 +100,14 @@ def summary_table(results: Sequence[ClaimResult]) -> Table:
     from normlab.claims.report import claim_record, key_number
     from normlab.claims.schema import decode
 
+    # The claim id and the numbers never wrap; the paper's number (often a sentence) is cut
+    # to one line here; index.html shows it whole.
     table = Table(
-        "claim",
-        "verdict",
-        "primary effect [95% interval]",
-        "paper's number",
-        "wall time",
+        Column("claim", no_wrap=True),
+        Column("verdict", no_wrap=True),
+        Column("primary effect [95% interval]", min_width=24),
+        Column("paper's number", no_wrap=True, overflow="ellipsis", max_width=40),
+        Column("wall time", no_wrap=True, justify="right"),
         title="normlab report",
     )
     for r in results:

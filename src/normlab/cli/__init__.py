@@ -12,28 +12,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from normlab.cli import claims, fold, probe
+from normlab.cli import bench, claims, fold, probe
 from normlab.cli._common import Formatter
 
 __all__ = ["build_parser", "main"]
-
-
-def _bench(args: argparse.Namespace) -> int:
-    from normlab.bench import run_benchmarks
-
-    return run_benchmarks(quick=not args.full, out=args.out)
-
-
-def _add_bench(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "bench",
-        help="speed of normlab's layers against torch, and copy bandwidth",
-        description="Time normlab's layers against torch's and the memory copy bandwidth.",
-        formatter_class=Formatter,
-    )
-    p.add_argument("--full", action="store_true", help="more sizes and repeats")
-    p.add_argument("--out", default=None, help="also write the results as JSON to this file")
-    p.set_defaults(func=_bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     claims.add_list(sub)
     probe.add_parser(sub)
     fold.add_parser(sub)
-    _add_bench(sub)
+    bench.add_parser(sub)
     return parser
 
 

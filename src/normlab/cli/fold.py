@@ -109,11 +109,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default="untie",
         help="tied input/output embeddings: give the head its own copy, or refuse",
     )
-    p.add_argument("--tolerance", type=float, default=None,
-                   help="max |folded fp32 - float64| allowed (default: 4x the unfolded model's "
-                   "own fp32 rounding error against float64)")
-    p.add_argument("--center-unembed", action="store_true",
-                   help="also centre the unembedding over the vocabulary (probabilities kept)")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="max |folded fp32 - float64| allowed (default: 4x the unfolded model's "
+        "own fp32 rounding error against float64)",
+    )
+    p.add_argument(
+        "--center-unembed",
+        action="store_true",
+        help="also centre the unembedding over the vocabulary (probabilities kept)",
+    )
     p.add_argument("--batch", type=positive_int, default=4, help="sequences of built-in text")
     p.add_argument("--tokens", type=positive_int, default=64, help="tokens per sequence")
     p.add_argument(

@@ -29,8 +29,11 @@ def figures(results: dict[str, Any]) -> list[tuple[str, bytes]]:
     probes = results["probes"]
     out: list[tuple[str, bytes]] = []
     if "outliers" in probes:
-        sites = [s for s in probes["outliers"]["sites"]
-                 if s.get("kind", "block_output") == "block_output"]
+        sites = [
+            s
+            for s in probes["outliers"]["sites"]
+            if s.get("kind", "block_output") == "block_output"
+        ]
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.2))
         a1.plot([s["inf_norm"] for s in sites], "o-")
         a1.set(xlabel="block output", ylabel="inf-norm (mean per sequence)", yscale="log")

@@ -54,16 +54,9 @@ def f1_score(logits: torch.Tensor, mask: torch.Tensor) -> float:
 def _net(arm: str, train_x: torch.Tensor, frames: int, width: int) -> TinySegNet:
     """The segmentation net with ``arm``'s scaling fitted to the training pixels."""
     net = TinySegNet(frames, scaling="learned" if arm == "frozen" else arm, width=width)
-    pixels = train_x.reshape(-1, 1)
-    scaling = net.scaling.fit(pixels)
-    with torch.no_grad():
-        if arm == "asinh":  # softening at one robust sigma, not the star-inflated std
-            med = pixels.median()
-            scaling.spread.fill_(float((pixels - med).abs().median() * 1.4826))
-        if arm in ("learned", "frozen"):  # start as asinh with unit robust softening
-            scaling.log_a.fill_(math.log(float((scaling.hi - scaling.lo).clamp_min(1.0))))
+    net.scaling.fit(train_x.reshape(-1, 1))  # learned/frozen start equal to "asinh"
     if arm == "frozen":
-        scaling.requires_grad_(False)
+        net.scaling.requires_grad_(False)
     return net
 
 

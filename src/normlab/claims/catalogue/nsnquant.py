@@ -403,5 +403,6 @@ CLAIM = register_claim(
             },
         },
         run=run,
+        version=2,
     )
 )

@@ -230,6 +230,17 @@ CLAIM = register_claim(
                 source="normlab's choice: without a depth problem there is nothing to fix",
                 gates=("pinn_error_at_depth",),
             ),
+            Precondition(
+                "shallow_adam_learns",
+                "relative L2 error of the plain-Adam PINN at the shallowest depth",
+                lambda m: cell(m, f"adam-d{min(m['depths'])}", "rel_l2"),
+                op="<=",
+                threshold=0.5,
+                source="normlab's choice: at half the solution's norm or less the shallow "
+                "PINN has learned the problem, so a deep failure is a depth effect and the "
+                "primary does not compare two failures",
+                gates=("pinn_error_at_depth",),
+            ),
         ),
         headline=(
             "StableGrad improves matched-depth PINN solution accuracy and stabilises "
@@ -242,7 +253,7 @@ CLAIM = register_claim(
             "digits, Adam vs Adam+StableGrad (reference: std of dL/dlogits). Same lr sweep in "
             "both arms, the lr with the lowest final training loss kept."
         ),
-        scale_note="quick runs depths 8/24 (250 steps) and 8 CNN blocks; depths 8/16/32 at full.",
+        scale_note="quick runs depths 8/24 (600 steps) and 8 CNN blocks; depths 8/16/32 at full.",
         configs={
             "smoke": {
                 "seeds": 1,
@@ -260,7 +271,10 @@ CLAIM = register_claim(
                 "seeds": 5,
                 **_PINN,
                 "depths": [8, 24],
-                "steps": 250,
+                # 600 steps (not 250): plain Adam's depth-8 PINN then learns the solution
+                # (relative L2 ~0.3 at seed 0) and the depth-24 one is measurably worse but
+                # not diverged, instead of both arms ending at ~1.05 (two failures).
+                "steps": 600,
                 "points": 32,
                 **_CNN,
                 "cnn_blocks": 8,
