@@ -14,9 +14,7 @@ from typing import Any, Literal
 
 __all__ = ["KINDS", "LAYOUTS", "Method", "create", "get", "methods", "register"]
 
-Kind = Literal[
-    "norm", "activation", "score", "series", "advantage", "optim", "flow", "quant"
-]
+Kind = Literal["norm", "activation", "score", "series", "advantage", "optim", "flow", "quant"]
 KINDS: tuple[str, ...] = (
     "norm",
     "activation",

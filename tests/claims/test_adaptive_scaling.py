@@ -55,3 +55,19 @@ def test_f1_score_closed_form():
     mask = torch.tensor([1.0, 1.0, 0.0, 0.0])
     logits = torch.tensor([2.0, -1.0, 3.0, -2.0])  # TP 1, FN 1, FP 1
     assert math.isclose(f1_score(logits, mask), 2 / 4)
+
+
+def test_learned_and_frozen_arms_start_as_the_asinh_arm():
+    import torch
+
+    from normlab.claims.catalogue.adaptive_scaling import _net
+    from normlab.data.streaks import streak_frames
+
+    x, _ = streak_frames(4, torch.Generator().manual_seed(0), size=8, frames=3, stars=2)
+    outs = {}
+    for arm in ("asinh", "learned", "frozen"):
+        torch.manual_seed(0)
+        outs[arm] = _net(arm, x, 3, 4).scale(x)
+    torch.testing.assert_close(outs["learned"], outs["asinh"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(outs["frozen"], outs["asinh"], rtol=1e-5, atol=1e-5)
+    assert not any(p.requires_grad for p in _net("frozen", x, 3, 4).scaling.parameters())

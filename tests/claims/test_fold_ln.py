@@ -34,7 +34,11 @@ def test_fused_rmsnorm_matches_normlab():
 
 def test_speedup_sign():
     def m(folded_ms: float) -> dict:
-        return {"table": {"layernorm": {"forward_ms_min": 1.0},
-                          "folded-fused": {"forward_ms_min": folded_ms}}}  # fmt: skip
+        return {
+            "table": {
+                "layernorm": {"forward_ms_min": 1.0},
+                "folded-normlab": {"forward_ms_min": folded_ms},
+            }
+        }
 
     assert CLAIM.primary.fn(m(1.2)) < 0 < CLAIM.primary.fn(m(0.9))

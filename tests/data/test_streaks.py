@@ -51,7 +51,8 @@ def test_segnet_shapes_and_gradients(scaling):
     assert out.shape == m.shape
     torch.nn.functional.binary_cross_entropy_with_logits(out, m).backward()
     if scaling == "learned":
-        assert net.scaling.hi.grad is not None and torch.isfinite(net.scaling.hi.grad).all()
+        for name, p in net.scaling.named_parameters():  # log_lo, log_hi, log_soft
+            assert p.grad is not None and torch.isfinite(p.grad).all(), name
     torch.manual_seed(0)
     again = TinySegNet(3, scaling=scaling, width=4)
     again.scaling.fit(x.reshape(-1, 1))

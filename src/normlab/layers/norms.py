@@ -7,7 +7,6 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from normlab import functional as NF
 from normlab import kernels as K
 from normlab._registry import Method, register
 from normlab.papers import paper

@@ -18,6 +18,9 @@ not divided by the range's asinh: that would shrink the noise-level contrast tha
 objects live in by ``asinh(hi / s)`` (~8x for four decades) and slow the network's first
 layer by as much. After :meth:`fit` with the default quantiles (data min and max) and
 ``softening=1``, the learned scaling equals the fixed "asinh" mode on the fitted data.
+A bound moves only through the pixels it clips (the clamp passes no gradient to it
+otherwise), so one that ends up beyond all the data stays there; starting the bounds at
+the data's extremes keeps the extreme pixels on them.
 
 The fixed scalings share the module (``mode``) so that experiments swap them by an argument:
 
