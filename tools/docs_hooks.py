@@ -1,10 +1,18 @@
-"""MkDocs hooks: generate the methods page from normlab's registry at build time."""
+"""MkDocs hooks: generate the methods page from normlab's registry at build time, and render
+formulas offline.
+
+Docstrings write formulas in LaTeX between ``$...$`` (inline) or ``$$...$$`` (display);
+``pymdownx.arithmatex`` (generic mode) marks them, and :func:`on_page_content` converts each
+to MathML with ``latex2mathml``, which browsers render natively: no JavaScript, no network.
+"""
 
 from __future__ import annotations
 
+import html
+import re
 from typing import Any
 
-__all__ = ["methods_page", "on_files"]
+__all__ = ["methods_page", "on_files", "on_page_content", "render_math"]
 
 
 def methods_page() -> str:
@@ -43,3 +51,27 @@ def on_files(files: Any, config: Any) -> Any:
 
     files.append(File.generated(config, "methods.md", content=methods_page()))
     return files
+
+
+# arithmatex's generic output: \(...\) inside a span, \[...\] inside a div.
+_MATH = re.compile(
+    r'<(?P<tag>span|div) class="arithmatex">\s*\\(?P<open>[\(\[])(?P<tex>.*?)'
+    r"\\[\)\]]\s*</(?P=tag)>",
+    re.S,
+)
+
+
+def render_math(page_html: str) -> str:
+    """Replace every arithmatex-marked formula in ``page_html`` by MathML."""
+    from latex2mathml.converter import convert
+
+    def mathml(match: re.Match[str]) -> str:
+        display = "block" if match["open"] == "[" else "inline"
+        return convert(html.unescape(match["tex"]), display=display)
+
+    return _MATH.sub(mathml, page_html)
+
+
+def on_page_content(page_html: str, **kwargs: Any) -> str:
+    """Render the page's formulas as MathML."""
+    return render_math(page_html)

@@ -24,7 +24,9 @@ def layer_norm(
     bias: torch.Tensor | None = None,
     eps: float = 1e-5,
 ) -> torch.Tensor:
-    """Layer normalization over the trailing ``normalized_shape`` dimensions.
+    r"""Layer normalization over the trailing ``normalized_shape`` dimensions.
+
+    $$y = \frac{x - \mu(x)}{\sqrt{\sigma^2(x) + \epsilon}} \odot w + b$$
 
     ``y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias`` with the biased variance
     (Ba et al., 2016). Half-precision inputs are computed in float32 and cast back.
@@ -42,7 +44,9 @@ def rms_norm(
     weight: torch.Tensor | None = None,
     eps: float | None = None,
 ) -> torch.Tensor:
-    """Root-mean-square normalization over the trailing ``normalized_shape`` dimensions.
+    r"""Root-mean-square normalization over the trailing ``normalized_shape`` dimensions.
+
+    $$y = \frac{x}{\sqrt{\frac{1}{d}\sum_{i=1}^{d} x_i^2 + \epsilon}} \odot w$$
 
     ``y = x / sqrt(mean(x^2) + eps) * weight`` (Zhang & Sennrich, 2019). ``eps=None`` means
     ``torch.finfo(x.dtype).eps`` of the *input* dtype, as in ``torch.nn.RMSNorm``; the
@@ -66,7 +70,9 @@ def dyt(
     weight: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Dynamic Tanh: ``y = weight * tanh(alpha * x) + bias`` (Zhu et al., 2025).
+    r"""Dynamic Tanh: ``y = weight * tanh(alpha * x) + bias`` (Zhu et al., 2025).
+
+    $$y = w \odot \tanh(\alpha x) + b$$
 
     A normalization-free replacement for LayerNorm that bounds activations with a learned
     scalar ``alpha`` instead of dividing by a statistic.
@@ -96,7 +102,9 @@ def dyt_saturation(
 
 
 def l2_normalize(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:
-    """Project onto the unit sphere along ``dim``: ``x / max(||x||_2, eps)`` (nGPT).
+    r"""Project onto the unit sphere along ``dim``: ``x / max(||x||_2, eps)`` (nGPT).
+
+    $$y = \frac{x}{\max(\lVert x \rVert_2, \epsilon)}$$
 
     ``eps`` keeps an all-zero vector at zero instead of NaN.
     """

@@ -22,7 +22,9 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 def softmax1(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Off-by-one softmax: ``exp(x_i) / (1 + sum_j exp(x_j))`` (Miller, 2023).
+    r"""Off-by-one softmax: ``exp(x_i) / (1 + sum_j exp(x_j))`` (Miller, 2023).
+
+    $$p_i = \frac{e^{x_i}}{1 + \sum_j e^{x_j}}$$
 
     An implicit extra logit fixed at 0 lets a head put weight on "nothing"; the mass left
     over, ``1 - sum_i p_i`` (:func:`null_mass`), is the null evidence OASIS routes on. The
