@@ -165,5 +165,42 @@ FAILS = Claim(
     run=_boom,
 )
 
-ALL = (OK, UNTESTABLE, CHECK_FAILS, SLOW, FAILS)
+
+def _run_timed(config, seed):
+    """Records when it ran and in which process, for the exclusive-scheduling test."""
+    return {
+        "table": {
+            "method": {"score": 1.0, "start": time.time(), "pid": float(os.getpid())},
+            "baseline": {"score": 0.0},
+        }
+    }
+
+
+def _run_stamped(config, seed):
+    time.sleep(0.2)
+    return {"table": {"method": {"score": 1.0, "end": time.time()}, "baseline": {"score": 0.0}}}
+
+
+STAMPED = Claim(
+    id="planted-stamped",
+    paper="A planted paper",
+    hypothesis="records when its tasks end",
+    primary=PRIMARY,
+    headline="none",
+    configs=CONFIGS,
+    run=_run_stamped,
+)
+
+TIMED = Claim(
+    id="planted-timed",
+    paper="A planted paper",
+    hypothesis="a timing claim, run alone",
+    primary=PRIMARY,
+    headline="none",
+    configs=CONFIGS,
+    run=_run_timed,
+    exclusive=True,
+)
+
+ALL = (OK, UNTESTABLE, CHECK_FAILS, SLOW, FAILS, STAMPED, TIMED)
 assert all(math.isfinite(c.primary.margin.value) for c in ALL)

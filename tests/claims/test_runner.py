@@ -167,6 +167,17 @@ def test_process_pool_matches_in_process(tmp_path, planted):
     assert serial.verdict == pooled.verdict
 
 
+def test_exclusive_claims_run_alone_after_the_others(tmp_path, planted):
+    timed, stamped = planted["planted-timed"], planted["planted-stamped"]
+    results = ClaimRunner(tmp_path, jobs=2).run([timed, stamped], "quick")
+    by_id = {r.claim.id: r for r in results}
+    ends = [t.measurement["table"]["method"]["end"] for t in by_id[stamped.id].tasks]
+    starts = [t.measurement["table"]["method"]["start"] for t in by_id[timed.id].tasks]
+    pids = {t.measurement["table"]["method"]["pid"] for t in by_id[timed.id].tasks}
+    assert min(starts) >= max(ends)  # listed first, but run after every shared task
+    assert pids == {float(os.getpid())}  # in this process, one at a time
+
+
 @pytest.mark.slow
 def test_ray_backend(tmp_path, planted):
     pytest.importorskip("ray")

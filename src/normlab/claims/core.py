@@ -216,6 +216,8 @@ class Claim:
         scale_note: what quick scale leaves out (variants run only at full scale), or "".
         figure: ``figure(measurements) -> matplotlib Figure`` over all seeds, or None.
         caption: what to look at in the figure.
+        exclusive: the measurement is a timing: the runner runs this claim's tasks alone,
+            one at a time in its own process, after every other task has finished.
         version: bump to invalidate cached results when the claim's meaning changes.
     """
 
@@ -233,6 +235,7 @@ class Claim:
     scale_note: str = ""
     figure: Callable[[Sequence[Measurement]], Any] | None = None
     caption: str = ""
+    exclusive: bool = False
     version: int = 1
 
     def __post_init__(self) -> None:

@@ -16,6 +16,7 @@ SIGTERM of the parent terminates its workers before it exits.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -341,7 +342,13 @@ class ClaimRunner:
                     done[(claim.id, seed)] = hit
                     if self.on_result is not None:
                         self.on_result(hit)
-        for data in self._execute(todo):
+        # Timing claims run last and alone, so no other task shares the machine's cores.
+        shared = [t for t in todo if not t.claim.exclusive]
+        alone = [t for t in todo if t.claim.exclusive]
+        for data in itertools.chain(
+            self._execute(shared),
+            (run_task(*t.args(), **self._kwargs(t)) for t in alone),
+        ):
             result = self._record(data)
             done[(result.claim_id, result.seed)] = result
         return [

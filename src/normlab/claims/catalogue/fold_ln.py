@@ -24,8 +24,9 @@ its fused kernel (:mod:`normlab.kernels`, measured by ``normlab bench`` at 2.4-3
 ``F.rms_norm`` here); the same model with torch's ``F.rms_norm`` (:class:`FusedRMSNorm`)
 is a secondary. CPU forward times of the LayerNorm and the folded model are interleaved
 in one process; the per-seed ratio uses the fastest repetition of each, the estimator least
-sensitive to other processes on the machine (the report's tasks share its cores; the
-interval over seeds carries the remaining noise).
+sensitive to other processes on the machine. The claim is ``exclusive``: the runner times it
+alone, after every other task, so no other task shares the cores; the interval over seeds
+carries the remaining noise.
 """
 
 from __future__ import annotations
@@ -385,6 +386,7 @@ CLAIM = register_claim(
             "torch's F.rms_norm (blue) and normlab's kernel RMSNorm (orange, the primary); "
             "the band is the seed's 2-12%."
         ),
+        exclusive=True,
         version=3,
     )
 )
