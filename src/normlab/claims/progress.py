@@ -96,17 +96,16 @@ class ClaimProgress:
 
 
 def summary_table(results: Sequence[ClaimResult]) -> Table:
-    """A table of claim, verdict, primary effect with its interval, paper's number, time."""
+    """A table of claim, verdict, primary effect with its 95% interval, and wall time."""
     from normlab.claims.report import claim_record, key_number
     from normlab.claims.schema import decode
 
-    # The claim id and the numbers never wrap; the paper's number (often a sentence) is cut
-    # to one line here; index.html shows it whole.
+    # The claim id and the numbers never wrap; the paper's number (often a sentence) is
+    # left to index.html, which shows it beside the primary effect.
     table = Table(
         Column("claim", no_wrap=True),
         Column("verdict", no_wrap=True),
-        Column("primary effect [95% interval]", min_width=24),
-        Column("paper's number", no_wrap=True, overflow="ellipsis", max_width=40),
+        Column("primary effect [95% interval]", ratio=1),
         Column("wall time", no_wrap=True, justify="right"),
         title="normlab report",
     )
@@ -117,7 +116,6 @@ def summary_table(results: Sequence[ClaimResult]) -> Table:
             r.claim.id,
             f"[{style}]{r.label}[/{style}]",
             key_number(record),
-            r.claim.headline,
             f"{r.seconds:.1f} s",
         )
     return table
