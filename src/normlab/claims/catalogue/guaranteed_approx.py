@@ -27,7 +27,7 @@ import torch
 
 from normlab import functional as NF
 from normlab.attention.scores import ScoreNorm
-from normlab.claims.common import QUICK_GPT, cell, seed_everything
+from normlab.claims.common import QUICK_GPT, cell, lm_train_config, seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -39,7 +39,7 @@ from normlab.claims.core import (
 )
 from normlab.data.corpus import corpus, sample_batch
 from normlab.models.gpt import GPTConfig, TinyGPT
-from normlab.models.lm import LMTrainConfig, evaluate_bpb, train_lm
+from normlab.models.lm import evaluate_bpb, train_lm
 from normlab.papers import paper
 from normlab.surgery.replace import replace_norms
 
@@ -107,23 +107,10 @@ def operator_errors(model: TinyGPT, x: torch.Tensor, variant: str) -> dict[str, 
     return {"max_sum_error": sum_error, "max_sigma_error": sigma_error}
 
 
-def _train_config(config: Mapping[str, Any]) -> LMTrainConfig:
-    # Identical to the kappa-attention claim's, so both claims share the cached softmax model.
-    steps = config["steps"]
-    return LMTrainConfig(
-        steps=steps,
-        batch=config["batch"],
-        lr=config["lr"],
-        warmup=max(1, steps // 10),
-        eval_every=max(1, steps // 4),
-        eval_batches=2,
-    )
-
-
 def _trained(config: Mapping[str, Any], seed: int) -> tuple[TinyGPT, dict]:
     arch = {k: config[k] for k in ("d_model", "n_layers", "n_heads", "context")}
     gpt = GPTConfig(norm="layernorm", score="softmax", **arch)
-    return train_lm(gpt, _train_config(config), seed)
+    return train_lm(gpt, lm_train_config(config), seed)
 
 
 def _probe(config: Mapping[str, Any], seed: int) -> torch.Tensor:

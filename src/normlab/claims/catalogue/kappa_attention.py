@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from normlab.claims.common import QUICK_GPT, cell, loglog_slope, seed_everything
+from normlab.claims.common import QUICK_GPT, cell, lm_train_config, loglog_slope, seed_everything
 from normlab.claims.core import Check, CheckOutcome, Claim, Effect, Margin, register_claim
 from normlab.functional import abe_softmax, kappa_softmax
 from normlab.models.gpt import GPTConfig
-from normlab.models.lm import LMTrainConfig, evaluate_bpb, train_lm
+from normlab.models.lm import evaluate_bpb, train_lm
 from normlab.papers import paper
 
 __all__ = ["CLAIM", "abe_deviation", "softmax_limit", "tail_exponent"]
@@ -106,19 +106,6 @@ def abe_deviation(
     return row, {"eps": eps, "deviation": dev}
 
 
-def _train_config(config: Mapping[str, Any]) -> LMTrainConfig:
-    # Identical to guaranteed-approx's, so both claims share the cached softmax model.
-    steps = config["steps"]
-    return LMTrainConfig(
-        steps=steps,
-        batch=config["batch"],
-        lr=config["lr"],
-        warmup=max(1, steps // 10),
-        eval_every=max(1, steps // 4),
-        eval_batches=2,
-    )
-
-
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """TinyGPT with softmax and with kappa-softmax attention: validation bits per byte."""
     seed_everything(seed)
@@ -127,7 +114,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     curves: dict[str, Any] = {}
     for name, kwargs in (("softmax", {}), ("kappa-softmax", {"kappa": config["lm_kappa"]})):
         gpt = GPTConfig(norm="layernorm", score=name, score_kwargs=kwargs, **arch)
-        model, log = train_lm(gpt, _train_config(config), seed)
+        model, log = train_lm(gpt, lm_train_config(config), seed)
         bpb = evaluate_bpb(model, split="val", batches=config["eval_batches"], batch=16, seed=seed)
         table[name] = {"val_bpb": bpb, "train_seconds": float(log["seconds"])}
         curves[name] = {"step": log["eval_step"], "val_bpb": log["val_bpb"]}
