@@ -3,41 +3,16 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from normlab.models.lm import LMTrainConfig
-
-__all__ = [
-    "QUICK_GPT",
-    "cell",
-    "lm_train_config",
-    "loglog_slope",
-    "mean_table",
-    "seed_everything",
-    "spearman",
-]
+__all__ = ["QUICK_GPT", "cell", "loglog_slope", "mean_table", "seed_everything", "spearman"]
 
 #: TinyGPT's shape at quick scale, shared so that claims share cached trained models.
 QUICK_GPT = {"d_model": 64, "n_layers": 2, "n_heads": 4, "context": 64}
-
-
-def lm_train_config(config: Mapping[str, Any]) -> LMTrainConfig:
-    """The LM training settings of a claim config (``steps``, ``batch``, ``lr``): warm-up
-    over the first tenth, four evaluations. Claims that train the same TinyGPT through this
-    one function share its cached model."""
-    steps = config["steps"]
-    return LMTrainConfig(
-        steps=steps,
-        batch=config["batch"],
-        lr=config["lr"],
-        warmup=max(1, steps // 10),
-        eval_every=max(1, steps // 4),
-        eval_batches=2,
-    )
 
 
 def seed_everything(seed: int) -> torch.Generator:

@@ -27,7 +27,8 @@ import torch
 
 from normlab import functional as NF
 from normlab.attention.scores import ScoreNorm
-from normlab.claims.common import QUICK_GPT, cell, lm_train_config, seed_everything
+from normlab.claims.catalogue._lm_settings import lm_train_config
+from normlab.claims.common import QUICK_GPT, cell, seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from normlab.claims.common import QUICK_GPT, cell, lm_train_config, loglog_slope, seed_everything
+from normlab.claims.catalogue._lm_settings import lm_train_config
+from normlab.claims.common import QUICK_GPT, cell, loglog_slope, seed_everything
 from normlab.claims.core import Check, CheckOutcome, Claim, Effect, Margin, register_claim
 from normlab.functional import abe_softmax, kappa_softmax
 from normlab.models.gpt import GPTConfig
