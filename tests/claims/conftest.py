@@ -1,4 +1,4 @@
-"""Shared claim fixtures: one smoke run per claim for the whole session, and a failing claim.
+"""Shared claim fixtures: one smoke run per claim for the whole session, and the planted claims.
 
 ``smoke_measurement(claim_id)`` runs a claim's smoke config (seed 0) once per test session,
 even across xdist workers: the first worker to ask writes the measurement to a JSON file
@@ -17,9 +17,9 @@ import pytest
 import torch
 from filelock import FileLock
 
-from normlab.claims import Claim, Effect, Margin
+from normlab.claims import Claim
 from normlab.claims import core as claims_core
-from normlab.claims.core import SCALES, all_claims, get_claim
+from normlab.claims.core import get_claim
 
 
 def _shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -58,33 +58,6 @@ def smoke_measurement(
         return memo[claim_id]
 
     return get
-
-
-def _boom(config, seed):
-    raise RuntimeError(f"planted failure in seed {seed}")
-
-
-@pytest.fixture
-def failing_claim(monkeypatch: pytest.MonkeyPatch) -> Claim:
-    """A claim whose every task fails, registered only for the test that asks for it."""
-    all_claims()  # load the real catalogue first
-    claim = Claim(
-        id="test-failing-claim",
-        paper="p",
-        hypothesis="h",
-        primary=Effect(
-            "e",
-            "a constant",
-            lambda m: 1.0,
-            direction="greater",
-            margin=Margin(0.0, "normlab's choice: test"),
-        ),
-        headline="none",
-        configs={s: {"seeds": 3} for s in SCALES},
-        run=_boom,
-    )
-    monkeypatch.setitem(claims_core._CATALOGUE.claims, claim.id, claim)
-    return claim
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import normlab._sources as sources
 import normlab.claims.runner as runner_module
@@ -165,6 +166,17 @@ def test_process_pool_matches_in_process(tmp_path, planted):
     (pooled,) = ClaimRunner(tmp_path / "b", jobs=2).run([claim], "quick")
     assert _same([t.measurement for t in serial.tasks], [t.measurement for t in pooled.tasks])
     assert serial.verdict == pooled.verdict
+
+
+def test_in_process_tasks_leave_the_callers_thread_count(tmp_path, planted, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)  # tasks would run with 3 threads
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ClaimRunner(tmp_path, jobs=1).run([planted["planted-ok"]], "quick")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_exclusive_claims_run_alone_after_the_others(tmp_path, planted):

@@ -203,6 +203,7 @@ def run_task(
     """
     import torch
 
+    caller_threads = torch.get_num_threads()  # restored below: in-process tasks share it
     torch.set_num_threads(max(1, threads))
     start = time.perf_counter()
     try:
@@ -215,6 +216,7 @@ def run_task(
     except Exception:
         measurement, status, error = None, "error", traceback.format_exc()
     seconds = time.perf_counter() - start
+    torch.set_num_threads(caller_threads)
     return TaskResult(
         claim_id, scale, seed, key or "", status, measurement, error, seconds
     ).to_dict()
