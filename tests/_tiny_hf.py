@@ -95,3 +95,79 @@ def build(family: str, *, seed: int = 0, layers: int = 2, **overrides) -> nn.Mod
 def tokens(batch: int = 2, length: int = 12, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(1, VOCAB, (batch, length), generator=g)
+
+
+# --- real tokenizer files, built from tiny vocabularies with the `tokenizers` library ---
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def bert_tokenizer():
+    """A WordPiece BERT tokenizer over letters (57 ids, within :data:`VOCAB`):
+    ``[PAD] [UNK] [CLS] [SEP] [MASK]``, ``a..z`` and ``##a..##z``; adds ``[CLS] ... [SEP]``."""
+    import transformers as tf
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *_LETTERS]
+    vocab = {t: i for i, t in enumerate(pieces + ["##" + c for c in _LETTERS])}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=200))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B [SEP]",
+        special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
+    )
+    tok.decoder = decoders.WordPiece()
+    return tf.BertTokenizerFast(tokenizer_object=tok)
+
+
+def _byte_bpe(extra: list[str], template: str | None):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+
+    vocab = {t: i for i, t in enumerate(extra)}
+    for c in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[c] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab, []))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    if template is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single=template, special_tokens=[(extra[1], vocab[extra[1]])]
+        )
+    return tok, len(vocab)
+
+
+def gpt2_tokenizer():
+    """A byte-level BPE GPT-2 tokenizer (257 ids: ``<|endoftext|>`` then the 256 bytes), no
+    pad token, no special tokens added (like GPT-2's)."""
+    import transformers as tf
+
+    tok, _ = _byte_bpe(["<|endoftext|>"], None)
+    end = "<|endoftext|>"
+    return tf.GPT2TokenizerFast(tokenizer_object=tok, bos_token=end, eos_token=end, unk_token=end)
+
+
+def llama_tokenizer():
+    """A Llama-style byte-level BPE tokenizer (259 ids) that adds ``<s>`` and has no pad
+    token."""
+    import transformers as tf
+
+    tok, _ = _byte_bpe(["<unk>", "<s>", "</s>"], "<s> $A")
+    return tf.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+TOKENIZERS = {"bert": bert_tokenizer, "gpt2": gpt2_tokenizer, "llama": llama_tokenizer}
+
+
+def save_with_tokenizer(family: str, folder, *, seed: int = 0, layers: int = 2) -> nn.Module:
+    """Build a tiny ``family`` model whose vocabulary fits its real tokenizer, and save both
+    to ``folder`` with ``save_pretrained`` (no hub); returns the model."""
+    tokenizer = TOKENIZERS[family]()
+    vocab = max(VOCAB, len(tokenizer))
+    model = build(family, seed=seed, layers=layers, vocab_size=vocab)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model

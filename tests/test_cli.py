@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -14,6 +13,7 @@ import pytest
 import torch
 
 import normlab
+import normlab.claims
 from normlab.claims import core as claims_core
 from normlab.cli import build_parser, main
 
@@ -36,6 +36,18 @@ def test_readme_table_matches_the_registry(capsys):
     assert match.group(1).strip() == table, "README table is stale: run tools/sync_readme.py"
 
 
+def test_readme_claims_table_matches_the_catalogue():
+    sys.path.insert(0, str(README.parent / "tools"))
+    try:
+        from sync_readme import claims_table
+    finally:
+        sys.path.pop(0)
+    text = README.read_text()
+    match = re.search(r"<!-- claims:start -->\n(.*?)\n<!-- claims:end -->", text, re.S)
+    assert match, "README lacks the claims table markers"
+    assert match.group(1).strip() == claims_table(), "README is stale: run tools/sync_readme.py"
+
+
 def test_list_filters_by_pattern_kind_and_alias(capsys):
     assert main(["list", "methods", "--markdown", "rms*"]) == 0
     out = capsys.readouterr().out
@@ -47,9 +59,23 @@ def test_list_filters_by_pattern_kind_and_alias(capsys):
     if rms.aliases:  # a method is found by its alias too
         assert main(["list", rms.aliases[0], "--markdown"]) == 0
         assert f"`{rms.name}`" in capsys.readouterr().out
-    assert main(["list", "rmsnorm"]) == 0
+    assert main(["list", "--wide", "rmsnorm"]) == 0
     out = capsys.readouterr().out
     assert "features" in out and "norm" in out  # layout and kind columns
+
+
+def test_list_is_one_line_a_method_and_never_cuts_a_name(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if line.startswith("│")]
+    names = [m.name for m in normlab.methods()]
+    assert len(rows) == len(names)
+    assert [row.split("│")[1].strip() for row in rows] == names
+    assert all(len(line) <= 80 for line in lines)
+    assert main(["list", "claims"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
+    assert [row.split("│")[1].strip() for row in rows] == [c.id for c in claims_core.all_claims()]
 
 
 def test_list_claims_shows_every_claim(capsys):
@@ -79,6 +105,50 @@ def test_unknown_claim_is_exit_2_on_stderr(capsys, monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
+def test_claim_ids_accept_underscores_like_method_names():
+    from normlab.claims.api import resolve_claims
+
+    ids = [c.id for c in claims_core.all_claims()]
+    dashed = next(i for i in ids if "-" in i)
+    (claim,) = resolve_claims([dashed.replace("-", "_").upper()])
+    assert claim.id == dashed
+    with pytest.raises(KeyError, match="Valid ids"):
+        resolve_claims(["no_such_claim"])
+
+
+def test_report_address_without_ray_is_refused(capsys, tmp_path):
+    argv = ["report", "--address", "127.0.0.1:1", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 2
+    assert "--backend ray" in capsys.readouterr().err
+    assert not (tmp_path / "results.json").exists()
+    with pytest.raises(ValueError, match="backend='ray'"):
+        normlab.claims.run(["x"], address="127.0.0.1:1", out=tmp_path)
+
+
+def test_cli_and_python_share_the_jobs_default():
+    import inspect
+
+    assert inspect.signature(normlab.claims.run).parameters["jobs"].default is None
+    args = build_parser().parse_args(["report"])
+    assert args.jobs == (os.cpu_count() or 1)  # "auto": one job per core, as jobs=None
+
+
+@pytest.mark.parametrize("command", ["report", "claim"])
+def test_ctrl_c_ends_with_one_line_and_the_resume_hint(command, capsys, monkeypatch, tmp_path):
+    from normlab.claims.runner import ClaimRunner
+
+    def interrupted(self, claims, scale, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ClaimRunner, "run", interrupted)
+    claim_id = claims_core.all_claims()[0].id
+    argv = ["--only", claim_id] if command == "report" else [claim_id]
+    assert main([command, *argv, "--out", str(tmp_path), "--no-progress"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "interrupted" in err and "resumes" in err and str(tmp_path) in err
+
+
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert normlab.__version__ in capsys.readouterr().out
@@ -258,21 +328,3 @@ def test_python_dash_m_normlab_lists(capsys):
         timeout=60,
     )
     assert done.returncode == 0 and "`softmax1`" in done.stdout
-
-
-def test_bench_runs_the_selected_ops_and_writes_json(tmp_path, capsys):
-    out = tmp_path / "bench.json"
-    argv = ["bench", "--shapes", "64x128", "--ops", "rmsnorm", "--dtypes", "float32"]
-    argv += ["--modes", "fwd", "--repeats", "1", "--no-compile", "--out", str(out)]
-    assert main(argv) == 0
-    rows = json.loads(out.read_text())["ops"]
-    assert [(r["op"], r["shape"], r["mode"]) for r in rows] == [("rmsnorm", [64, 128], "fwd")]
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [["--shapes", "8x"], ["--ops", "nope"], ["--dtypes", "int8"], ["--repeats", "0"]],
-)
-def test_bench_rejects_bad_options_with_exit_2(argv, capsys):
-    assert main(["bench", *argv]) == 2
-    assert "error" in capsys.readouterr().err

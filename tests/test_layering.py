@@ -1,8 +1,8 @@
 """The import direction of shared/DESIGN.md, checked on every module's source.
 
-``functional`` <- method families <- ``surgery``, ``probes`` <- ``models``, ``data`` <-
-``claims`` <- ``cli``, with the top-level private modules (``_registry``, ``_checks``,
-``_io``, ``papers``, ...) as the base. Every import counts, including those inside
+``functional`` <- ``kernels`` <- method families <- ``surgery``, ``probes`` <- ``models``,
+``data`` <- ``claims`` <- ``cli``, with the top-level private modules (``_registry``,
+``_checks``, ``_io``, ``papers``, ...) as the base. Every import counts, including those inside
 functions: a lazy import still ties the lower layer to the higher one.
 """
 
@@ -27,13 +27,13 @@ FAMILIES = (
     "ssl",
     "flows",
     "quant",
-    "kernels",
 )
 #: Layer of each top-level part of the package; a module may import only its own layer or
 #: lower ones. The package root (``normlab/__init__.py``) imports every family and the
 #: probes/surgery layer, so importing it counts as layer 3.5.
 LEVELS: dict[str, float] = {
     "functional": 1,
+    "kernels": 1.5,  # fused fast paths of functional's formulas, under every family
     **dict.fromkeys(FAMILIES, 2),
     "surgery": 3,
     "probes": 3,
@@ -42,7 +42,6 @@ LEVELS: dict[str, float] = {
     "data": 4,
     "claims": 5,
     "cli": 6,
-    "bench": 6,  # ``normlab bench``: app code
     "__main__": 6,
 }
 #: Layers whose parts must not import each other (each is a family of its own).
@@ -54,8 +53,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "MultiheadAttention(normalized=True) is nGPT's attention: its projections are the "
         "hypersphere layers' NormalizedLinear and its s_qk a LearnedScale"
     ),
-    ("layers", "kernels"): "the norm layers run on the fused fast paths by default",
-    ("attention", "kernels"): "softmax1 runs on its fused fast path by default",
 }
 HEAVY = ("scipy", "optuna", "gymnasium", "transformers", "zuko", "triton", "ray")
 

@@ -92,3 +92,61 @@ def test_registry_does_not_depend_on_installed_extras():
     full = _run("import normlab; print(len(normlab.methods()))")
     assert full.returncode == 0, full.stderr
     assert blocked.stdout.strip() == full.stdout.strip()
+
+
+def test_methods_take_glob_and_substring_patterns_like_timm():
+    assert [m.name for m in normlab.methods("rms*")] == ["rmsnorm"]
+    softmaxes = {m.name for m in normlab.methods("*softmax*", kind="score")}
+    assert {"softmax", "softmax1", "clipped-softmax"} <= softmaxes
+    assert {m.name for m in normlab.methods("quad")} == {"quadnorm", "blendquadnorm"}
+    both = {m.name for m in normlab.methods(["rms*", "layer*"])}
+    assert both == {"rmsnorm", "layernorm"}
+    assert normlab.methods("l?") == [normlab.get("layernorm")]  # its alias "ln" matches
+    assert normlab.methods("norm") == normlab.methods(kind="norm")  # a kind's name is a kind
+    assert normlab.methods("no-such-*") == []
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("grpo", "normlab.rl.advantages(rewards, groups, method='grpo')"),
+        ("macro", "model.parameters()"),
+        ("rmsnorm", "normlab.create('rmsnorm', 512)"),
+    ],
+)
+def test_create_with_missing_arguments_says_what_to_call(name, hint):
+    with pytest.raises(TypeError) as err:
+        normlab.create(name)
+    assert hint in str(err.value) and "its builder takes (" in str(err.value)
+
+
+def test_unknown_method_hints_at_import_and_entry_points():
+    with pytest.raises(KeyError) as err:
+        normlab.get("my-own-norm")
+    text = str(err.value)
+    assert "import that module first" in text and "'normlab.methods' entry point" in text
+
+
+def test_an_entry_point_registers_a_method_on_first_lookup(monkeypatch):
+    import importlib.metadata
+    import types
+
+    from normlab import _registry
+
+    module = types.ModuleType("plugin_norms_for_test")
+
+    class Point:
+        name, value = "plugin", "plugin_norms_for_test"
+
+        def load(self):
+            register(Method("plugin-norm", "norm", RMSNorm, "p", "s"))
+            return module
+
+    def entry_points(group):
+        return [Point()] if group == "normlab.methods" else []
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(_registry, "_LOADED_PLUGINS", set())
+    monkeypatch.setattr(_registry, "_METHODS", dict(_registry._METHODS))
+    monkeypatch.setattr(_registry, "_LOOKUP", dict(_registry._LOOKUP))
+    assert normlab.get("plugin_norm").name == "plugin-norm"

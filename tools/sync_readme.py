@@ -1,7 +1,8 @@
 """Rewrite the generated tables of README.md from the registry and the claim catalogue.
 
-Run after adding a method or a claim: ``python tools/sync_readme.py``. The tests fail when
-the README's tables differ from what this writes.
+Run after adding a method or a claim: ``python tools/sync_readme.py``. Both tables are
+tested: ``tests/test_cli.py`` fails when the README's methods or claims table differs from
+what this writes.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ result depends on, however indirectly, invalidates the result, with no version t
 hand. The closure is found statically: every ``import`` and ``from ... import`` statement
 of a module's source (including those inside functions) that names a normlab module is
 resolved to its file under the package, and followed. ``from normlab.a import b`` adds
-``normlab.a`` and, when ``b`` is a submodule, ``normlab.a.b``. Parent packages that are
+``normlab.a.b`` when ``b`` is a submodule and ``normlab.a`` when it is not (an attribute of
+the package). The compiled sources a module builds at run time (``csrc/`` beside it: the
+CPU kernels' C++) are hashed with it. Parent packages that are
 only executed implicitly (``normlab/a/__init__.py`` for ``import normlab.a.b``) are not
 added; name them in an import to depend on them.
 """
@@ -61,8 +63,14 @@ def _imports(name: str, path: Path, source: bytes) -> set[str]:
                 base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
             else:
                 base = node.module or ""
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+            subs = {f"{base}.{alias.name}" for alias in node.names if alias.name != "*"}
+            subs = {m for m in subs if module_file(m) is not None}
+            # ``from normlab import functional`` depends on the submodule, not on every
+            # module the package's __init__ happens to import; a name that is not a
+            # submodule is an attribute of the package, which is then a dependency.
+            if len(subs) < len(node.names) or any(a.name == "*" for a in node.names):
+                found.add(base)
+            found.update(subs)
     return {m for m in found if module_file(m) is not None}
 
 
@@ -79,6 +87,19 @@ def _any_module_file(name: str) -> Path | None:
     if origin is None or not origin.endswith(".py"):
         return None
     return Path(origin)
+
+
+#: Suffixes of compiled sources a module may build at run time (its kernels).
+NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh")
+
+
+def _native_sources(path: Path) -> list[Path]:
+    """The compiled sources beside a module that builds them: files with
+    :data:`NATIVE_SUFFIXES` under a ``csrc`` folder next to the module file."""
+    folder = path.parent / "csrc"
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.rglob("*") if p.suffix in NATIVE_SUFFIXES and p.is_file())
 
 
 def source_closure(modules: Iterable[str]) -> dict[str, str]:
@@ -98,6 +119,8 @@ def source_closure(modules: Iterable[str]) -> dict[str, str]:
         source = read_source(path)
         digest = hashlib.sha256(source).hexdigest()
         digests[name] = digest
+        for native in _native_sources(path):
+            digests[f"{name}:{native.name}"] = hashlib.sha256(read_source(native)).hexdigest()
         if (name, digest) not in _PARSED:  # parse each version of a file once per process
             _PARSED[name, digest] = frozenset(_imports(name, path, source))
         todo.extend(sorted(_PARSED[name, digest] - digests.keys()))

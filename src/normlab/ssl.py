@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from normlab._records import Record
 from normlab.papers import paper
 
 __all__ = [
@@ -142,7 +143,7 @@ class TeacherNorm(nn.Module):
 
 
 @dataclass(frozen=True)
-class ClusterUsage:
+class ClusterUsage(Record):
     """How many clusters a batch of assignments uses.
 
     Attributes:
@@ -154,13 +155,6 @@ class ClusterUsage:
     prior: tuple[float, ...]
     entropy: float
     effective_clusters: float
-
-    def to_dict(self) -> dict:
-        return {
-            "prior": list(self.prior),
-            "entropy": self.entropy,
-            "effective_clusters": self.effective_clusters,
-        }
 
 
 @torch.no_grad()

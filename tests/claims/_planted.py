@@ -11,9 +11,22 @@ import os
 import time
 
 from normlab.claims.common import cell
-from normlab.claims.core import Check, CheckOutcome, Claim, Effect, Margin, Precondition
+from normlab.claims.core import (
+    Check,
+    CheckOutcome,
+    Claim,
+    Effect,
+    FreeSetting,
+    Margin,
+    Precondition,
+    Premise,
+)
 
-CONFIGS = {"smoke": {"seeds": 1}, "quick": {"seeds": 3}, "full": {"seeds": 4}}
+CONFIGS = {
+    "smoke": {"seeds": 1, "offset": 0.0},
+    "quick": {"seeds": 3, "offset": 0.0},
+    "full": {"seeds": 4, "offset": 0.0},
+}
 CHOICE = "normlab's choice: a planted test claim"
 
 
@@ -23,7 +36,7 @@ def _run_ok(config, seed):
     assert callable(numerical_rank)
     return {
         "table": {
-            "method": {"rank": 3.0, "score": 1.0 + 0.1 * seed},
+            "method": {"rank": 3.0, "score": 1.0 + 0.1 * seed + config.get("offset", 0.0)},
             "baseline": {"rank": 2.0, "score": 0.0},
         },
         "curves": {"loss": [1.0, float("inf"), float("nan")]},
@@ -61,6 +74,7 @@ PRIMARY = Effect(
     direction="greater",
     margin=Margin(0.5, CHOICE),
     baseline="baseline",
+    method="method",
     unit="pts",
 )
 SECONDARY = Effect(
@@ -82,6 +96,17 @@ OK = Claim(
     configs=CONFIGS,
     run=_run_ok,
     checks=(Check("exact", "a planted exact property", _check),),
+    premises=(
+        Premise(
+            "baseline_ranked",
+            "the baseline's rank",
+            lambda m: cell(m, "baseline", "rank"),
+            "greater",
+            Margin(1.0, CHOICE),
+        ),
+    ),
+    free_settings=(FreeSetting("offset", -2.0, 0.5, CHOICE),),
+    untuned="a planted claim trains nothing, so there is nothing to tune",
     preconditions=(
         Precondition(
             "has_rank",
@@ -202,5 +227,25 @@ TIMED = Claim(
     exclusive=True,
 )
 
-ALL = (OK, UNTESTABLE, CHECK_FAILS, SLOW, FAILS, STAMPED, TIMED)
+
+BROKEN_EFFECT = Claim(
+    id="planted-broken-effect",
+    paper="A planted paper",
+    hypothesis="its secondary effect reads a missing arm",
+    primary=PRIMARY,
+    secondary=(
+        Effect(
+            "broken",
+            "a missing arm",
+            lambda m: cell(m, "nobody", "x"),
+            "greater",
+            Margin(0.0, CHOICE),
+        ),
+    ),
+    headline="none",
+    configs=CONFIGS,
+    run=_run_ok,
+)
+
+ALL = (BROKEN_EFFECT, OK, UNTESTABLE, CHECK_FAILS, SLOW, FAILS, STAMPED, TIMED)
 assert all(math.isfinite(c.primary.margin.value) for c in ALL)

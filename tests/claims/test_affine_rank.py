@@ -15,6 +15,9 @@ def test_smoke_run_measures_every_stack(smoke_measurement):
         assert 0 <= m["table"][name]["residual_last"] <= 1 + 1e-12
     assert m["table"]["plain-out"]["gate_identifiability"] < 1e-12
     assert 0 <= m["table"]["pgop"]["gate_identifiability"] <= 1
+    # the contradicted neutrality: +1 on low-rank sets off the origin, 0 in general position
+    assert m["table"]["ln-low"]["affine_rank_change"] == 1.0
+    assert m["table"]["ln-general"]["affine_rank_change"] == 0.0
 
 
 def test_layernorm_adds_exactly_one_affine_dimension_off_the_origin():
@@ -38,6 +41,8 @@ def _table(no_res, res, res_ln, no_res_ln):
         "gate_identifiability": 0.0 if good else 0.1,
         "loss": 1.2 if good else 1.0,
     }
+    table["ln-low"] = {"affine_rank_change": 0.0 if good else 1.0}
+    table["ln-general"] = {"affine_rank_change": 0.0 if good else 1.0}
     return {"table": table}
 
 

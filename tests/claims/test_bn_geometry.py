@@ -17,18 +17,22 @@ def test_smoke_run_check_and_effect_signs():
     assert all(c.fn(cfg).passed for c in CLAIM.checks)
     t = {
         "table": {
-            "bn": {"density": 8.0},
-            "no-bn": {"density": 4.0},
+            "bn-he": {"density": 8.0},
+            "no-bn-he": {"density": 4.0},
             "bn-centred": {"density": 1.0},
             "no-bn-centred": {"density": 2.0},
         }
     }
     assert CLAIM.secondary[0].fn(t) < 0
     assert CLAIM.primary.fn(t) > CLAIM.primary.margin.value
-    t = {"table": {"bn": {"density": 2.0}, "no-bn": {"density": 4.0}}}
+    t = {"table": {"bn-he": {"density": 2.0}, "no-bn-he": {"density": 4.0}}}
     assert CLAIM.primary.fn(t) < 0
 
 
 def test_matched_initialization():
-    a, b = make_mlp(4, 2, bn=True, seed=3), make_mlp(4, 2, bn=False, seed=3)
-    assert torch.equal(a[0].weight, b[0].weight) and torch.equal(a[3].weight, b[3].weight)
+    for init in ("default", "he"):
+        a = make_mlp(4, 2, bn=True, seed=3, init=init)
+        b = make_mlp(4, 2, bn=False, seed=3, init=init)
+        assert torch.equal(a[0].weight, b[0].weight) and torch.equal(a[3].weight, b[3].weight)
+    he = make_mlp(4, 2, bn=False, seed=3, init="he")
+    assert torch.count_nonzero(he[0].bias) == 0

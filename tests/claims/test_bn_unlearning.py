@@ -16,6 +16,8 @@ def test_smoke_run_has_every_arm(smoke_measurement):
             row = m["table"][f"batch/{method}/{mode}"]
             assert 0 <= row["forget_acc"] <= 1 and 0 <= row["forget_acc_attacker"] <= 1
             assert row["bn_mean_shift"] > 0
+    control = m["table"]["group/grad-ascent/train"]
+    assert control["recal_gap"] == 0.0  # no running statistics: nothing to recalibrate
 
 
 def test_eval_mode_unlearning_leaves_running_statistics_alone():
@@ -67,16 +69,18 @@ def _table(after, recal, attack, eval_recal):
     row = {
         "forget_acc_trained": 0.95,
         "forget_acc": after,
-        "forget_acc_recalibrated": recal,
-        "forget_acc_attacker": attack,
+        "recal_gap": recal - after,
+        "attacker_fraction": (attack - after) / max(recal - after, 0.01),
     }
     table = {f"batch/{k}/train": dict(row) for k in ("grad-ascent", "neggrad+")}
     for k in ("grad-ascent", "neggrad+"):
-        table[f"batch/{k}/eval"] = {**row, "forget_acc_recalibrated": eval_recal}
+        table[f"batch/{k}/eval"] = {**row, "recal_gap": eval_recal - after}
+    table["group/grad-ascent/train"] = {"forget_acc": after, "recal_gap": 0.0}
     return {"table": table}
 
 
 def test_effects_take_both_signs_on_constructed_tables():
     artifact, none = _table(0.02, 0.8, 0.7, 0.1), _table(0.3, 0.1, 0.1, 0.6)
     for effect in CLAIM.effects:
-        assert effect.fn(artifact) > 0 > effect.fn(none), effect.name
+        margin = 0.5 if effect.name == "attacker_recovers_most" else 0.0
+        assert effect.fn(artifact) > margin > effect.fn(none), effect.name

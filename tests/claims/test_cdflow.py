@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from normlab.claims.catalogue.cdflow import CLAIM
+from normlab.claims.catalogue.cdflow import CLAIM, MIXINGS
 
 
 def _table(dense_slope: float, cd_slope: float, cd_nll: float, lu_nll: float) -> dict:
@@ -31,10 +31,12 @@ def test_smoke_run_checks_and_finite_effects():
     config = CLAIM.config("smoke")
     m = CLAIM.run(config, 0)
     json.dumps(m)
+    assert set(m["tuning"]) == {f"{d}-{x}" for d in ("moons", "digits") for x in MIXINGS}
     assert m["table"]["digits-circulant"]["mixing_params"] == 2 * 3 * 64
     assert m["table"]["digits-lu"]["mixing_params"] == 2 * 64 * 64
     for effect in CLAIM.effects:
-        assert math.isfinite(effect.fn(m)), effect.name
+        for e in effect.parts or (effect,):
+            assert math.isfinite(e.fn(m)), e.name
     for check in CLAIM.checks:
         outcome = check.fn(config)
         assert outcome.passed, (check.name, outcome)
@@ -44,8 +46,13 @@ def test_smoke_run_checks_and_finite_effects():
 def test_effects_land_on_both_sides():
     good, bad = _table(2.5, 0.3, 1.0, 1.0), _table(1.0, 0.9, 1.35, 1.0)
     primary = CLAIM.primary
-    assert primary.fn(good) > primary.margin.value and primary.fn(bad) < primary.margin.value
-    gap = next(e for e in CLAIM.secondary if e.name == "digits_nll_gap")
+    assert primary.fn is None and len(primary.parts) == 2
+    for part in primary.parts:
+        assert part.fn(good) < part.margin.value < part.fn(bad)
+    slope = next(e for e in CLAIM.secondary if e.name == "logdet_exponent_gap")
+    assert slope.fn(good) > slope.margin.value > slope.fn(bad)
+    assert CLAIM.exclusive
+    gap = next(e for e in CLAIM.secondary if e.name == "digits_nll")
     assert gap.fn(good) < gap.margin.value < gap.fn(bad)
     helps = next(e for e in CLAIM.secondary if e.name == "digits_mixing_helps")
     assert helps.fn(good) > 0 > helps.fn(bad)

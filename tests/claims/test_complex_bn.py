@@ -17,18 +17,16 @@ def test_smoke_run_check_and_effect_signs():
     m = CLAIM.run(cfg, 0)
     assert all(math.isfinite(e.fn(m)) for e in CLAIM.effects)
     assert all(c.fn(cfg).passed for c in CLAIM.checks)
-    good = {
-        "table": {
-            "bn": {"mean_acc": 0.9, "final_acc": 0.9},
-            "no-bn": {"mean_acc": 0.6, "final_acc": 0.8},
-        }
-    }
-    bad = {
-        "table": {
-            "bn": {"mean_acc": 0.5, "final_acc": 0.5},
-            "no-bn": {"mean_acc": 0.6, "final_acc": 0.8},
-        }
-    }
+    assert set(m["tuning"]) == set(m["table"])
+
+    def table(bn: float, gain: float = 0.0) -> dict:
+        rows = {"bn": bn, "no-bn": 0.6, "bn-dispersion": bn + gain}
+        rows |= {"siegel-bn": bn + gain, "siegel-no-bn": bn}
+        return {"table": {k: {"mean_acc": v, "final_acc": v} for k, v in rows.items()}}
+
+    good, bad = table(0.9), table(0.5)
+    for effect in CLAIM.secondary[1:]:
+        assert effect.fn(table(0.7, 0.1)) > effect.margin.value > 0 > effect.fn(table(0.7, -0.1))
     assert CLAIM.primary.fn(good) > CLAIM.primary.margin.value
     assert CLAIM.primary.fn(bad) < 0 and CLAIM.secondary[0].fn(bad) < -0.02
 
@@ -49,3 +47,30 @@ def test_clutter_matrices_are_hpd_and_net_runs():
     out = net(d.x)
     out.sum().backward()
     assert out.shape == (6, 2) and torch.isfinite(net.bimap_real.grad).all()
+
+
+def test_siegel_clutter_lies_in_the_disk_and_its_net_trains_every_part():
+    from normlab.models.spd_net import SiegelNet, siegel_clutter
+
+    d = clutter_covariances(
+        3,
+        4,
+        rhos=(0.9, 0.5),
+        freqs=(0.1, 0.2),
+        snapshots=12,
+        generator=torch.Generator().manual_seed(0),
+    )
+    z = siegel_clutter(d)
+    assert MF.in_siegel_disk(z.x) and torch.equal(z.y, d.y)
+    assert float(z.x.imag.abs().max()) > 1e-3  # complex, not a real contraction
+    net = SiegelNet(4, 2, dispersion=True)
+    net(z.x).sum().backward()
+    assert all(p.grad is not None for p in net.parameters())
+
+
+def test_every_arm_is_tuned_with_the_same_grid():
+    from normlab.claims.catalogue.complex_bn import ARMS
+    from normlab.claims.protocol import searches
+
+    spaces = searches(CLAIM.config("quick"))
+    assert set(spaces) == set(ARMS) and len({s.trials for s in spaces.values()}) == 1

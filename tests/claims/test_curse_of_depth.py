@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from normlab.claims import get_claim
 from normlab.claims.catalogue._depth_models import train_config
-from normlab.claims.core import judge_claim
+from normlab.claims.rule import judge_claim, with_divergence
 
 CLAIM = get_claim("curse-of-depth")
 SPARSE = ("weight-decay", "gqa", "moe")
@@ -27,17 +27,32 @@ def test_weight_decay_only_in_its_variant():
     assert train_config(config, "weight-decay").weight_decay == config["weight_decay"] > 0
 
 
-def _m(wd_growth: float, wd_rms: float = 0.5) -> dict:
-    row = {"variance_growth": 0.3, "deep_drop_loss": 0.1, "weight_rms": 1.0, "val_bpb": 3.0}
+def _m(wd_drop: float, wd_rms: float = 0.5, dense_shallow: float = 0.3) -> dict:
+    row = {
+        "variance_growth": 0.3,
+        "deep_drop_loss": 0.1,
+        "shallow_drop_loss": dense_shallow,
+        "weight_rms": 1.0,
+        "val_bpb": 3.0,
+    }
     table = {v: dict(row) for v in ("dense", *SPARSE)}
-    table["weight-decay"].update(variance_growth=wd_growth, weight_rms=wd_rms)
+    table["weight-decay"].update(deep_drop_loss=wd_drop, weight_rms=wd_rms)
     return {"table": table}
 
 
 def test_one_effect_per_variant_and_gates():
     names = {e.name for e in CLAIM.effects}
     assert {f"variance_damped_{v.replace('-', '_')}" for v in SPARSE} <= names
-    assert CLAIM.primary.fn(_m(0.1)) > 0 > CLAIM.primary.fn(_m(0.5))
-    values = (0.1, 0.12, 0.11, 0.1)
+    assert CLAIM.primary.name == "deep_useful_weight_decay"
+    assert CLAIM.primary.fn(_m(0.2)) > 0 > CLAIM.primary.fn(_m(0.05))
+    values = (0.2, 0.22, 0.21, 0.2)
     assert judge_claim(CLAIM, [_m(v) for v in values]).verdict == "supported"
     assert judge_claim(CLAIM, [_m(v, 0.99) for v in values]).verdict == "untestable"
+    # no curse in the baseline (deep blocks matter as much as shallow ones): untestable
+    lazy = [_m(v, dense_shallow=0.05 + 0.01 * i) for i, v in enumerate(values)]
+    assert judge_claim(CLAIM, lazy).verdict == "untestable"
+
+
+def test_a_diverged_arm_counts_as_useless_deep_layers():
+    m = {**_m(0.2), "diverged": {"weight-decay": {"step": 3, "last": 4.0}}}
+    assert CLAIM.primary.fn(with_divergence(m, CLAIM.primary.if_diverged)) < 0

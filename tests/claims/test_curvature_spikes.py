@@ -24,11 +24,16 @@ def test_smoke_run_checks_and_effect_signs(smoke_measurement):
     assert CLAIM.figure([m]) is not None
     assert len(m["curves"]["loss"]) == len(m["curves"]["curvature"]) == cfg["steps"]
     margin = CLAIM.primary.margin.value
-    hi = {"table": {"modular": {"rho": 0.3, "rho_placebo": 0.0, "spikes": 2.0, "spiked": 1.0}}}
-    lo = {"table": {"modular": {"rho": -0.2, "rho_placebo": 0.0, "spikes": 2.0, "spiked": 1.0}}}
-    assert CLAIM.primary.fn(hi) > margin and CLAIM.primary.fn(lo) < 0
-    pre = CLAIM.preconditions[0]
-    assert pre.holds(pre.fn(hi)) and not pre.holds(pre.fn({"table": {"modular": {"spiked": 0.0}}}))
+    assert m["table"]["observed"]["rho"] == m["table"]["modular"]["rho"]
+    assert m["table"]["placebo"]["rho"] == m["table"]["modular"]["rho_placebo"]
+
+    def table(rho: float, spiked: float) -> dict:
+        rows = {"observed": {"rho": rho}, "placebo": {"rho": 0.0}}
+        return {"table": {**rows, "modular": {"spiked": spiked}}}
+
+    assert CLAIM.primary.fn(table(0.3, 1.0)) > margin and CLAIM.primary.fn(table(-0.2, 1)) < 0
+    premise = CLAIM.premises[0]
+    assert premise.fn(table(0.3, 1.0)) > premise.margin.value > premise.fn(table(0.3, 0.0))
 
 
 def test_spike_size_and_curvature_peak_on_planted_series():

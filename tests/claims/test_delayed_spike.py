@@ -20,9 +20,19 @@ def test_smoke_run_checks_and_effect_signs():
     for c in claim.checks:
         assert c.fn(cfg).passed, c.name
     assert m["table"]["no-bn"]["spike_height"] == 0.0  # the control descends monotonically
-    table = {"bn": {"spike_height": 0.0, "slack": -3.0}, "no-bn": {"spike_height": 1.0}}
+    below = m["table"]["bn-below"]
+    assert below["max_kappa"] < 2 and below["delayed_onset"] == 0.0  # the expected null
+    assert m["table"]["bn"]["delayed_onset"] == 1.0  # the smoke run already shows the delay
+    assert m["table"]["bn"]["onset_step"] > m["table"]["bn"]["crossing_step"]
+    table = {
+        "bn": {"spike_height": 0.0, "slack": -3.0, "delayed_onset": 0.0},
+        "bn-below": {"spike_height": 1.0, "delayed_onset": 1.0},
+    }
     assert claim.primary.fn({"table": table}) < -claim.primary.margin.value
-    table = {"bn": {"spike_height": 2.0, "slack": 4.0}, "no-bn": {"spike_height": 0.0}}
+    table = {
+        "bn": {"spike_height": 2.0, "slack": 4.0, "delayed_onset": 1.0},
+        "bn-below": {"spike_height": 0.0, "delayed_onset": 0.0},
+    }
     assert claim.primary.fn({"table": table}) > claim.primary.margin.value
     assert claim.secondary[0].fn({"table": table}) > 0
 

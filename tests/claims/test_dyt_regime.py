@@ -5,36 +5,51 @@ from __future__ import annotations
 import math
 
 from normlab.claims import get_claim
-from normlab.claims.core import judge_claim
+from normlab.claims.rule import judge_claim
 
 CLAIM = get_claim("dyt-regime")
 ROWS = ("ln-small", "dyt-small", "ln-large", "dyt-large")
 
 
-def _m(small: float, large: float, saturation: float = 0.3) -> dict:
-    table = {name: {"val_bpb": 3.0} for name in ROWS}
-    table["dyt-small"] = {"val_bpb": 3.0 * small, "saturation": saturation}
-    table["dyt-large"] = {"val_bpb": 3.0 * large, "saturation": saturation / 2}
+LRS = [f"{lr:g}" for lr in CLAIM.config("quick")["report_lrs"]]
+
+
+def _m(small: float, large: float, saturation: float = 0.3, ln_small: float = 3.5) -> dict:
+    table = {}
+    for at in ("", *(f"@{lr}" for lr in LRS)):
+        table[f"ln-small{at}"] = {"val_bpb": ln_small}
+        table[f"ln-large{at}"] = {"val_bpb": 3.0}
+        table[f"dyt-small{at}"] = {"val_bpb": ln_small * small, "saturation": saturation}
+        table[f"dyt-large{at}"] = {"val_bpb": 3.0 * large, "saturation": saturation / 2}
     return {"table": table}
 
 
 def test_smoke_table(smoke_measurement):
-    table = smoke_measurement("dyt-regime")["table"]
-    assert set(table) == set(ROWS)
+    m = smoke_measurement("dyt-regime")
+    table = m["table"]
+    assert set(table) == set(ROWS) | {f"{r}@{lr}" for r in ROWS for lr in LRS}
     assert 0.0 <= table["dyt-small"]["saturation"] <= 1.0
     assert all(math.isfinite(v) for row in table.values() for v in row.values())
+    assert set(m["tuning"]) == set(ROWS)
     assert CLAIM.config("quick")["seeds"] >= 5
 
 
-def test_crossing_needs_both_sides():
-    crossing = CLAIM.primary.fn
-    assert crossing(_m(0.9, 1.1)) > 0
-    assert crossing(_m(1.1, 1.2)) < 0  # DyT loses at both budgets
-    assert crossing(_m(0.8, 0.9)) < 0  # DyT wins at both budgets
-    assert math.isclose(crossing(_m(0.95, 1.2)), 0.05)
-
-
-def test_no_saturation_makes_the_crossing_untestable():
+def test_crossing_is_an_intersection_union_test():
     pairs = [(0.9, 1.1), (0.89, 1.11), (0.9, 1.12), (0.91, 1.1)]
-    assert judge_claim(CLAIM, [_m(*p, 0.0) for p in pairs]).verdict == "untestable"
     assert judge_claim(CLAIM, [_m(*p) for p in pairs]).verdict == "supported"
+    # DyT wins at both budgets: the large-budget part is contradicted (opposite direction)
+    both = [(0.9, 0.9), (0.89, 0.91), (0.9, 0.92), (0.91, 0.9)]
+    assert judge_claim(CLAIM, [_m(*p) for p in both]).verdict == "contradicted"
+    # DyT loses at both budgets
+    loses = [(1.1, 1.1), (1.09, 1.11), (1.1, 1.12), (1.11, 1.1)]
+    assert judge_claim(CLAIM, [_m(*p) for p in loses]).verdict == "contradicted"
+
+
+def test_saturation_gates_only_its_effect_and_the_premise_gates_all():
+    pairs = [(0.9, 1.1), (0.89, 1.11), (0.9, 1.12), (0.91, 1.1)]
+    unsaturated = judge_claim(CLAIM, [_m(*p, 0.0) for p in pairs])
+    assert unsaturated.verdict == "supported"
+    effects = {e.name: e.verdict for e in unsaturated.effects}
+    assert effects["saturation_falls"] == "untestable"
+    no_regime = judge_claim(CLAIM, [_m(*p, ln_small=3.0 + 0.01 * i) for i, p in enumerate(pairs)])
+    assert no_regime.verdict == "untestable"

@@ -1,12 +1,14 @@
-"""The fold-ln claim: detection and exactness checks, the fused RMSNorm, the speedup sign."""
+"""The fold-ln claim: the timed arms, the kernel swap through replace_norms, the signs."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from normlab.claims import get_claim
-from normlab.claims.catalogue.fold_ln import FusedRMSNorm, fuse_rmsnorms
-from normlab.layers.norms import RMSNorm
+from normlab.claims.catalogue import fold_ln
+from normlab.layers.norms import LayerNorm, RMSNorm
+from normlab.surgery import replace_norms
 
 CLAIM = get_claim("fold-ln")
 
@@ -15,30 +17,50 @@ def test_smoke_table(smoke_measurement):
     table = smoke_measurement("fold-ln")["table"]
     assert table["fold"]["max_abs_change"] <= 1e-5
     assert table["fold"]["folded"] == table["fold"]["layernorms"]
-    for name in ("layernorm", "folded-normlab", "folded-fused"):
+    for name in ("layernorm", "folded-normlab", "layernorm-torch", "folded-torch", "no-norm"):
         assert 0 < table[name]["forward_ms_min"] <= table[name]["forward_ms_median"]
+    for key in ("speedup_normlab", "speedup_torch"):
+        assert table[key]["q25"] <= table[key]["median"] <= table[key]["q75"]
     assert {"gpt2", "bert", "tinygpt-post"} <= set(CLAIM.config("quick")["archs"])
+    assert CLAIM.config("quick")["time_d_model"] >= 512
 
 
-def test_fused_rmsnorm_matches_normlab():
+def test_timed_arms_run_the_paths_they_name():
+    config = {**CLAIM.config("smoke"), "time_d_model": 32}
+    arms, x, result = fold_ln._arms(config, 0)
+    assert result.folded
+    for name, backend in (("folded-normlab", "kernel"), ("folded-torch", "torch")):
+        norms = [m for m in arms[name].modules() if isinstance(m, RMSNorm)]
+        assert norms and all(m.backend == backend for m in norms), name
+    lns = [m for m in arms["layernorm-torch"].modules() if isinstance(m, LayerNorm)]
+    assert lns and all(m.backend == "torch" for m in lns)
+    assert not any(isinstance(m, LayerNorm) for m in arms["no-norm"].modules())
+    with torch.no_grad():
+        ref = arms["layernorm"](x)
+        for name in ("folded-normlab", "folded-torch", "layernorm-torch"):
+            torch.testing.assert_close(arms[name](x), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_replace_norms_sets_the_backend_and_keeps_the_numbers():
     torch.manual_seed(0)
     model = torch.nn.Sequential(RMSNorm(8, eps=1e-6), torch.nn.Linear(8, 8), RMSNorm(8))
     with torch.no_grad():
         model[0].weight.uniform_(0.5, 1.5)
     x = torch.randn(4, 8)
     before = model(x)
-    assert fuse_rmsnorms(model) == 2
-    assert isinstance(model[0], FusedRMSNorm) and isinstance(model[2], FusedRMSNorm)
+    assert len(replace_norms(model, "rmsnorm", backend="torch")) == 2
+    assert model[0].backend == model[2].backend == "torch" and model[0].eps == 1e-6
     torch.testing.assert_close(model(x), before)
 
 
-def test_speedup_sign():
-    def m(folded_ms: float) -> dict:
+def test_primary_is_negative_when_the_folded_model_is_faster():
+    def m(ln_ms: float, folded_ms: float) -> dict:
         return {
             "table": {
-                "layernorm": {"forward_ms_min": 1.0},
-                "folded-normlab": {"forward_ms_min": folded_ms},
+                "layernorm": {"forward_ms_median": ln_ms},
+                "folded-normlab": {"forward_ms_median": folded_ms},
             }
         }
 
-    assert CLAIM.primary.fn(m(1.2)) < 0 < CLAIM.primary.fn(m(0.9))
+    assert CLAIM.primary.fn(m(10.0, 9.0)) < 0 < CLAIM.primary.fn(m(9.0, 10.0))
+    assert CLAIM.primary.fn(m(10.2, 10.0)) == pytest.approx(-CLAIM.primary.margin.value)

@@ -23,6 +23,7 @@ def test_smoke_run_gives_finite_effects_and_checks_pass():
     torch.set_num_threads(1)
     config = CLAIM.config("smoke")
     m = CLAIM.run(config, 0)
+    assert set(m["tuning"]) == set(m["table"])
     assert set(m["table"]) == {f"a/{a}" for a in PREF_ARMS} | {f"b/{a}" for a in PROXY_ARMS}
     for effect in CLAIM.effects:
         assert math.isfinite(effect.fn(m)), effect.name
@@ -43,11 +44,19 @@ def test_effects_take_both_signs():
             assert g < -m and b > 0, effect.name
         else:  # no_less
             assert g > -m and b < -m, effect.name
-    under, hacks = CLAIM.preconditions
+    under, hacks = CLAIM.premises
     good["table"]["a/grpo"] = {"minority_true": 0.4, "majority_true": 0.9}
-    assert under.holds(under.fn(good))
+    assert under.fn(good) > under.margin.value
     good["table"]["a/grpo"] = {"minority_true": 0.9, "majority_true": 0.9}
-    assert not under.holds(under.fn(good))
-    assert hacks.holds(hacks.fn(good))
+    assert under.fn(good) < under.margin.value
+    assert hacks.fn(good) > hacks.margin.value
     good["table"]["b/grpo"]["gap_gain"] = -0.01
-    assert not hacks.holds(hacks.fn(good))
+    assert hacks.fn(good) < hacks.margin.value
+
+
+def test_every_arm_gets_the_same_number_of_trials_and_dr_grpo_a_wider_range():
+    from normlab.claims.protocol import searches
+
+    spaces = searches(CLAIM.config("quick"))
+    assert len({s.trials for s in spaces.values()}) == 1
+    assert min(spaces["b/dr-grpo"].space["lr"]) > max(spaces["b/grpo"].space["lr"]) / 2

@@ -8,7 +8,12 @@ import torch
 
 from normlab.attention.mha import MultiheadAttention
 from normlab.claims import get_claim
-from normlab.claims.catalogue.guaranteed_approx import VARIANTS, approximate_model, operator_errors
+from normlab.claims.catalogue.guaranteed_approx import (
+    VARIANTS,
+    approximate_model,
+    operator_errors,
+    variants,
+)
 from normlab.layers import ApproxLayerNorm
 from normlab.models.gpt import GPTConfig, TinyGPT
 
@@ -22,7 +27,7 @@ def _model() -> TinyGPT:
 
 def test_approximate_model_swaps_a_copy_and_stays_close():
     model = _model()
-    softmax_kwargs, ln_kwargs = VARIANTS["default"]
+    softmax_kwargs, ln_kwargs = variants()["default"]
     approx = approximate_model(model, softmax_kwargs=softmax_kwargs, layernorm_kwargs=ln_kwargs)
     assert not any(isinstance(m, ApproxLayerNorm) for m in model.modules())
     assert sum(isinstance(m, ApproxLayerNorm) for m in approx.modules()) == 5  # 2/block + final

@@ -1,45 +1,61 @@
-"""The kalman-reward claim: smoke run, checks, and effects that can land on either side."""
+"""The kalman-reward claim: smoke run, checks, metrics, and effects on either side."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
-from normlab.claims.catalogue.kalman_reward import ARMS, CLAIM
+from normlab.claims.catalogue.kalman_reward import ARMS, CLAIM, summarize
+from normlab.models.policy import normalize_returns
+from normlab.rl import KalmanRewardNormalizer, RunningRewardNormalizer
 
 
-def _table(auc: dict[str, float], sd: float = 50.0) -> dict:
-    return {
-        "table": {
-            arm: {"auc": auc[arm], "final": 200.0, "late_sd": sd if arm == "kalman" else 50.0}
-            for arm in ARMS
-        }
-    }
-
-
-def test_smoke_run_gives_finite_effects_and_checks_pass():
+def test_smoke_run_tunes_every_arm_and_checks_pass():
     torch.set_num_threads(1)
     config = CLAIM.config("smoke")
     m = CLAIM.run(config, 0)
-    assert set(m["table"]) == set(ARMS)
+    assert set(m["table"]) == set(ARMS) == set(m["tuning"])
     for effect in CLAIM.effects:
         assert math.isfinite(effect.fn(m)), effect.name
     for check in CLAIM.checks:
         assert check.fn(config).passed, check.name
-    assert all(len(m["curves"][arm]) == config["episodes"] // config["batch"] for arm in ARMS)
+
+
+def test_summarize_counts_episodes_to_475_and_the_budget_when_unreached():
+    rets = [10.0] * 20 + [500.0] * 10
+    s = summarize(rets)
+    assert s["episodes_to_475"] == 28  # the first 8-episode window at >= 475 ends at episode 28
+    assert summarize([10.0] * 30)["episodes_to_475"] == 30
+    assert s["auc"] == pytest.approx((200 + 5000) / 30)
+
+
+def test_zscore_standardises_each_episode():
+    g = torch.arange(10.0, dtype=torch.float64).numpy()
+    z = normalize_returns(
+        "zscore", g, RunningRewardNormalizer(center=True), KalmanRewardNormalizer()
+    )
+    assert abs(z.mean()) < 1e-12 and abs(z.std() - 1) < 1e-6
+    with pytest.raises(ValueError, match="Unknown normalization"):
+        normalize_returns("bogus", g, RunningRewardNormalizer(), KalmanRewardNormalizer())
+
+
+def _m(auc_k: float, auc_z: float, sd_k: float = 50.0) -> dict:
+    row = {"auc": 0.0, "final": 200.0, "late_sd": 50.0, "episodes_to_475": 100.0}
+    table = {arm: dict(row) for arm in ARMS}
+    table["kalman"].update(auc=auc_k, late_sd=sd_k, episodes_to_475=200 - auc_k / 2)
+    table["zscore"].update(auc=auc_z, episodes_to_475=200 - auc_z / 2)
+    table["reinforce-kalman"]["auc"] = auc_k
+    table["reinforce-running"]["auc"] = auc_z
+    return {"table": table}
 
 
 def test_effects_take_both_signs():
-    better = _table({"none": 50, "running": 100, "kalman": 150, "kalman-episode": 150}, sd=10)
-    worse = _table({"none": 200, "running": 200, "kalman": 100, "kalman-episode": 100}, sd=90)
+    better, worse = _m(300, 150, sd_k=10), _m(100, 250, sd_k=90)
     for effect in CLAIM.effects:
         hi, lo = effect.fn(better), effect.fn(worse)
         if effect.direction == "greater":
-            assert hi > effect.margin.value and lo < 0, effect.name
-        else:  # "less": lower spread is the claim
-            assert hi < -effect.margin.value and lo > 0, effect.name
-    pre = CLAIM.preconditions[0]
-    assert pre.holds(pre.fn(better))
-    better["table"]["running"]["final"] = 30.0
-    assert not pre.holds(pre.fn(better))
+            assert hi > effect.margin.value and lo < -effect.margin.value, effect.name
+        else:
+            assert hi < -effect.margin.value and lo > effect.margin.value, effect.name

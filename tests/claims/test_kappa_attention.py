@@ -7,7 +7,12 @@ import math
 import torch
 
 from normlab.claims import get_claim
-from normlab.claims.catalogue.kappa_attention import abe_deviation, softmax_limit, tail_exponent
+from normlab.claims.catalogue.kappa_attention import (
+    abe_deviation,
+    softmax_limit,
+    tail_exponent,
+    tail_probability,
+)
 
 CLAIM = get_claim("kappa-attention")
 
@@ -16,6 +21,8 @@ def test_smoke_table(smoke_measurement):
     table = smoke_measurement("kappa-attention")["table"]
     assert set(table) == {"softmax", "kappa-softmax"}
     assert all(math.isfinite(row["val_bpb"]) for row in table.values())
+    assert all(math.isfinite(row["log10_tail_p"]) for row in table.values())
+    assert CLAIM.primary.fn({"table": table}) > CLAIM.primary.margin.value
     assert CLAIM.config("quick")["seeds"] >= 5
 
 
@@ -30,8 +37,26 @@ def test_operator_properties_hold_tightly():
     assert abs(abe["order_in_eps"] - 2) < 0.1 and abe["reciprocal_gap"] < 1e-12
 
 
-def test_effect_sign_on_hand_built_tables():
-    def m(kappa: float) -> dict:
-        return {"table": {"softmax": {"val_bpb": 3.3}, "kappa-softmax": {"val_bpb": kappa}}}
+def test_tail_probability_is_algebraic_for_kappa_only():
+    """Doubling the distance divides kappa-softmax's far-score mass by about 2^(1/kappa)
+    and softmax's by about e^d."""
+    config = CLAIM.config("smoke")
+    near = tail_probability({**config, "tail_distance": 50.0}, torch.Generator().manual_seed(0))
+    far = tail_probability({**config, "tail_distance": 100.0}, torch.Generator().manual_seed(0))
+    kappa_drop = near["kappa-softmax"] - far["kappa-softmax"]
+    assert abs(kappa_drop - math.log10(2) / config["lm_kappa"]) < 0.1
+    assert abs(near["softmax"] - far["softmax"] - 50 / math.log(10)) < 1e-6
 
-    assert CLAIM.primary.fn(m(3.25)) < 0 < CLAIM.primary.fn(m(3.4))
+
+def test_effect_sign_on_hand_built_tables():
+    def m(kappa: float, tail: float = -5.0) -> dict:
+        return {
+            "table": {
+                "softmax": {"val_bpb": 3.3, "log10_tail_p": -13.0},
+                "kappa-softmax": {"val_bpb": kappa, "log10_tail_p": tail},
+            }
+        }
+
+    lm = CLAIM.secondary[0]
+    assert lm.fn(m(3.25)) < 0 < lm.fn(m(3.4))
+    assert CLAIM.primary.fn(m(3.3)) > 1 > CLAIM.primary.fn(m(3.3, tail=-13.5))

@@ -1,13 +1,17 @@
-"""The looped claim: smoke run, the parameter-free check, effect and precondition signs."""
+"""The looped claim: smoke run, the parameter-free check, effect and premise signs."""
 
 from __future__ import annotations
 
 import math
 
-from normlab.claims.catalogue.looped import CLAIM
+from normlab.claims.catalogue.looped import ARMS, CLAIM
+from normlab.claims.core import CheckOutcome
+from normlab.claims.rule import judge_claim
+
+CHECKS = {"parameter_free": CheckOutcome(True, 0.0)}
 
 
-def _table(plain_large, fully_large, plain_mild, fully_mild, growth=(2.0, 1.0)):
+def _table(plain_large, fully_large, plain_mild=3.6, fully_mild=3.55, growth=(2.0, 1.0)):
     def row(v, g=1.0):
         return {"val_bpb": v, "residual_growth": g}
 
@@ -15,6 +19,8 @@ def _table(plain_large, fully_large, plain_mild, fully_mild, growth=(2.0, 1.0)):
         "table": {
             "plain-large": row(plain_large, growth[0]),
             "fully-large": row(fully_large, growth[1]),
+            "signal-large": row(fully_large),
+            "attn-large": row(plain_large),
             "plain-mild": row(plain_mild),
             "fully-mild": row(fully_mild),
         }
@@ -24,25 +30,43 @@ def _table(plain_large, fully_large, plain_mild, fully_mild, growth=(2.0, 1.0)):
 def test_smoke_run_and_checks(smoke_measurement):
     cfg = CLAIM.config("smoke")
     m = smoke_measurement(CLAIM.id)
-    assert set(m["table"]) == {"plain-large", "fully-large", "plain-mild", "fully-mild"}
+    assert set(m["table"]) == set(ARMS) == set(m["tuning"])
     for e in CLAIM.effects:
         assert math.isfinite(e.fn(m)), e.name
-    for row in m["table"].values():
-        assert row["lr"] in cfg["lrs"] and row["diverged"] == 0
+    for arm, row in m["table"].items():
+        assert row["lr"] == m["tuning"][arm]["chosen"]["lr"]
+    assert cfg["n_layers"] >= 2  # a stack per loop: "all layers" differs from the entry
     for c in CLAIM.checks:
         assert c.fn(cfg).passed, c.name
     assert CLAIM.figure([m]) is not None
 
 
 def test_effects_land_on_both_sides():
-    primary, mild, resid = CLAIM.effects
-    collapsed = _table(6.0, 3.5, 3.6, 3.55, growth=(3.0, 1.0))
-    assert primary.fn(collapsed) > primary.margin.value
-    assert mild.fn(collapsed) < mild.margin.value
-    assert resid.fn(collapsed) > resid.margin.value
+    by_name = {e.name: e for e in CLAIM.effects}
+    collapsed = _table(6.0, 3.5, growth=(3.0, 1.0))
+    assert CLAIM.primary.fn(collapsed) < -CLAIM.primary.margin.value
+    assert by_name["mild_no_worse"].fn(collapsed) < by_name["mild_no_worse"].margin.value
+    resid = by_name["residual_explosion"]
+    assert resid.fn(collapsed) < -resid.margin.value
     reversed_ = _table(3.4, 3.8, 3.5, 3.9, growth=(1.0, 2.0))
-    assert primary.fn(reversed_) < 0
-    assert mild.fn(reversed_) > mild.margin.value
-    assert resid.fn(reversed_) < 0
-    pre = CLAIM.preconditions[0]
-    assert pre.holds(pre.fn(collapsed)) and not pre.holds(pre.fn(_table(7, 7, 7, 7)))
+    assert CLAIM.primary.fn(reversed_) > 0
+    assert by_name["mild_no_worse"].fn(reversed_) > by_name["mild_no_worse"].margin.value
+    assert resid.fn(reversed_) > 0
+
+
+def test_no_degradation_of_the_plain_model_makes_stability_untestable():
+    collapsed = [_table(6.0 + 0.1 * i, 3.5) for i in range(4)]
+    assert judge_claim(CLAIM, collapsed, CHECKS).verdict == "supported"
+    # the plain model does as well at many loops as at few: the premise fails
+    flat = [_table(3.6 + 0.01 * i, 3.5) for i in range(4)]
+    verdict = judge_claim(CLAIM, flat, CHECKS)
+    assert verdict.verdict == "untestable"
+    assert {e.name: e.verdict for e in verdict.effects}["mild_no_worse"] != "untestable"
+
+
+def test_a_diverged_plain_model_counts_as_the_uniform_predictor():
+    from normlab.claims.rule import with_divergence
+
+    m = {**_table(3.6, 3.5), "diverged": {"plain-large": {"step": 40, "last": 3.9}}}
+    value = CLAIM.primary.fn(with_divergence(m, CLAIM.primary.if_diverged))
+    assert value < -4

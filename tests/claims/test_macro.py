@@ -12,21 +12,33 @@ from normlab.claims.catalogue.macro import CLAIM, build
 
 
 def _m(macro_bpb, base_bpb, macro_growth=0.0, control_growth=1.0):
+    def row(bpb, growth):
+        return {"test_bpb": bpb, "scale_growth": growth, "final_scale": 10.0**growth}
+
     return {
         "table": {
-            "nonorm-macro": {"val_bpb": macro_bpb, "scale_growth": macro_growth},
-            "rmsnorm-adamw": {"val_bpb": base_bpb, "scale_growth": 0.5},
-            "nonorm-adamw": {"val_bpb": 4.0, "scale_growth": control_growth},
+            "nonorm-macro": row(macro_bpb, macro_growth),
+            "rmsnorm-adamw": row(base_bpb, 0.5),
+            "nonorm-adamw": row(4.0, control_growth),
         }
     }
 
 
 def test_effects_come_out_both_ways():
-    primary, bound = CLAIM.primary, CLAIM.secondary[0]
+    primary, bound, growth = CLAIM.primary, CLAIM.secondary[0], CLAIM.secondary[1]
     assert primary.fn(_m(3.0, 3.1)) == pytest.approx(-0.1)
     assert primary.fn(_m(3.3, 3.1)) > primary.margin.value
-    assert bound.fn(_m(3, 3, macro_growth=0.0, control_growth=1.0)) > bound.margin.value
-    assert bound.fn(_m(3, 3, macro_growth=1.0, control_growth=0.0)) < 0
+    for effect in (bound, growth):
+        assert effect.fn(_m(3, 3, macro_growth=0.0, control_growth=1.0)) < -effect.margin.value
+        assert effect.fn(_m(3, 3, macro_growth=1.0, control_growth=0.0)) > effect.margin.value
+
+
+def test_search_is_decoupled_with_equal_trials():
+    from normlab.claims.protocol import searches
+
+    spaces = searches(CLAIM.config("quick"))
+    assert set(spaces["nonorm-macro"].space) == {"lr", "macro_lr"}
+    assert len({s.trials for s in spaces.values()}) == 1
 
 
 def test_nonorm_arm_has_no_norm():
@@ -44,6 +56,7 @@ def test_smoke_run_and_checks():
     torch.set_num_threads(1)
     config = CLAIM.config("smoke")
     m = CLAIM.run(config, 0)
+    assert set(m["tuning"]) == set(m["table"])
     for effect in CLAIM.effects:
         assert math.isfinite(effect.fn(m)), effect.name
     for check in CLAIM.checks:

@@ -16,25 +16,57 @@ CLAIM = get_claim("ngpt-fp4")
 def test_smoke_table(smoke_measurement):
     m = smoke_measurement("ngpt-fp4")
     widths = CLAIM.config("smoke")["widths"]
+    assert set(m["tuning"]) == {f"{n}-d{w}" for n in ("tinygpt", "ngpt") for w in widths}
     for name in ("tinygpt", "ngpt"):
-        assert m["table"][name]["lr"] in CLAIM.config("smoke")["lrs"]
         for w in widths:
-            row = m["table"][f"{name}-d{w}"]
-            assert all(math.isfinite(v) for v in row.values()), row
-            assert math.isclose(row["gap"], row["fp4_bpb"] - row["fp32_bpb"])
-            assert 5 < row["snr_db"] < 40  # 4-bit formats give roughly 15-25 dB
-    assert len(CLAIM.config("quick")["widths"]) >= 3 and CLAIM.config("quick")["seeds"] >= 5
+            fp32, fp4 = m["table"][f"{name}-d{w}-fp32"], m["table"][f"{name}-d{w}-fp4"]
+            assert fp32["lr"] == fp4["lr"] == m["tuning"][f"{name}-d{w}"]["chosen"]["lr"]
+            assert math.isfinite(fp32["bpb"]) and math.isfinite(fp4["bpb"])
+            assert 5 < fp32["snr_db"] < 40  # 4-bit formats give roughly 15-25 dB
+        assert m["table"][f"{name}-wide-fp4"] == m["table"][f"{name}-d{max(widths)}-fp4"]
+    assert CLAIM.config("quick")["seeds"] >= 5
 
 
-def test_gap_effect_sign():
-    def m(ngpt_gap: float) -> dict:
-        table = {}
-        for w in (16, 64):
-            table[f"tinygpt-d{w}"] = {"gap": 0.05, "snr_db": 20.0}
-            table[f"ngpt-d{w}"] = {"gap": ngpt_gap, "snr_db": 21.0}
-        return {"table": table}
+def _m(ngpt_fp4: float, diverged: dict | None = None) -> dict:
+    table = {}
+    for w in ("d16", "d64", "wide"):
+        table[f"tinygpt-{w}-fp32"] = {"bpb": 3.0, "snr_db": 20.0}
+        table[f"tinygpt-{w}-fp4"] = {"bpb": 3.05}
+        table[f"ngpt-{w}-fp32"] = {"bpb": 3.0, "snr_db": 21.0}
+        table[f"ngpt-{w}-fp4"] = {"bpb": ngpt_fp4}
+    return {"table": table, "diverged": diverged or {}}
 
-    assert CLAIM.primary.fn(m(0.01)) < 0 < CLAIM.primary.fn(m(0.09))
+
+def test_gap_effect_sign_and_divergence_as_an_outcome():
+    from normlab.claims.rule import with_divergence
+
+    assert CLAIM.primary.fn(_m(3.01)) < 0 < CLAIM.primary.fn(_m(3.09))
+    # the baseline diverging in NVFP4 counts as the uniform predictor: nGPT loses far less
+    m = with_divergence(_m(3.09, {"tinygpt-wide-fp4": {"step": 5, "last": 4.0}}), {"bpb": 8.0})
+    assert CLAIM.primary.fn(m) < -4
+
+
+def test_each_recipe_evaluates_with_its_training_range():
+    from normlab.claims.catalogue.ngpt_fp4 import _fp4_forward
+
+    config = CLAIM.config("quick")
+    ngpt = _fp4_forward(config, "ngpt")
+    assert ngpt["weights"].tensor_amax == ngpt["activations"].tensor_amax == 1.0
+    assert _fp4_forward(config, "tinygpt") == {}  # the measured per-tensor amax
+
+
+def test_fixed_amax_changes_the_quantized_training():
+    from dataclasses import replace
+
+    from normlab.models.gpt import GPTConfig
+    from normlab.models.lm import LMTrainConfig, train_lm
+
+    tc = LMTrainConfig(steps=2, batch=2, lr=1e-2, warmup=1, eval_batches=1,
+                       matmul_quant="nvfp4")  # fmt: skip
+    gpt = GPTConfig(d_model=16, n_layers=1, n_heads=2, context=8)
+    measured = train_lm(gpt, tc, 0, cache=False)[1]["val_bpb"][-1]
+    fixed = train_lm(gpt, replace(tc, matmul_quant_amax=0.25), 0, cache=False)[1]["val_bpb"][-1]
+    assert math.isfinite(fixed) and fixed != measured
 
 
 def test_snr_rises_with_length_only_for_correlated_products():

@@ -1,49 +1,63 @@
-"""The norin claim: its smoke run, its placebo and the signs of its effects."""
+"""The norin claim: its smoke run, its placebo, its neutral start and its effects' signs."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
+
 from normlab.claims.catalogue.norin import (
-    BASELINES,
+    ARMS,
     CLAIM,
-    PRIOR_BELOW_LINEAR,
+    NEUTRAL,
     PRIOR_LOG10_DELTA,
+    PRIOR_LOG10_GAP,
 )
 
 
-def test_smoke_run_has_every_series_method_and_search(smoke_measurement):
+def test_smoke_run_has_every_series_arm_and_search(smoke_measurement):
     m = smoke_measurement("norin")
     config = CLAIM.config("smoke")
-    for series in config["series"]:
-        for method in (*BASELINES, "norin", "norin-joint"):
-            row = m["table"][f"{series}/{method}"]
-            assert row["mse"] > 0 and math.isfinite(row["mae"]), (series, method)
-        shape = m["table"][f"{series}/shape"]
-        assert math.log10(0.3) - 1e-9 <= shape["log10_delta_star"] <= math.log10(30) + 1e-9
-    for key, trajectory in m["delta_trajectory"].items():
-        assert trajectory[0] == config["delta_init"], key
-        assert len(m["bo"][key]["trials"]) == config["trials"]
+    for series, backbones in config["series"].items():
+        for arm in ARMS:
+            row = m["table"][f"{series}/{arm}"]
+            assert row["mse"] > 0 and math.isfinite(row["mae"]), (series, arm)
+        selected = m["table"][f"{series}/selected"]["log10_delta"]
+        assert math.log10(0.3) - 1e-9 <= selected <= math.log10(30) + 1e-9
+        for backbone in backbones:
+            key = f"{series}/{backbone}"
+            assert m["delta_trajectory"][key][0] == config["delta_init"]
+            assert len(m["bo"][key]["trials"]) == config["trials"]
+            assert set(ARMS) <= {k.rsplit("/", 1)[1] for k in m["tuning"] if k.startswith(key)}
+    # EPF windows are S_B: the fit falls back, and the search starts at the neutral point
+    fit = m["slifker_shapiro"]["epf_prices/linear"]
+    assert fit["family"] == "SB" and fit["fallback"]
+    assert m["bo"]["epf_prices/linear"]["trials"][0][:2] == pytest.approx(list(NEUTRAL))
 
 
 def test_placebo_is_the_log_uniform_prior():
-    assert math.log10(3.0) == PRIOR_LOG10_DELTA or abs(PRIOR_LOG10_DELTA - math.log10(3)) < 1e-12
-    assert abs(PRIOR_BELOW_LINEAR - 0.7614) < 1e-3  # a flat objective already gives 0.76
+    assert abs(PRIOR_LOG10_DELTA - math.log10(3.0)) < 1e-12
+    assert abs(math.log10(NEUTRAL[0]) - PRIOR_LOG10_DELTA) < 0.01  # the neutral start
+    assert abs(PRIOR_LOG10_GAP - 2 / 3) < 1e-12
 
 
-def _table(norin, others, log10_delta, drift):
+def _table(norin, others, log10_delta, gap, drift, spread):
     rows = {}
     for s in ("epf_prices", "heavy_tailed"):
-        rows[f"{s}/norin"] = {"mse": norin}
-        for b in BASELINES:
-            rows[f"{s}/{b}"] = {"mse": others}
-        rows[f"{s}/shape"] = {"log10_delta_star": log10_delta, "log_delta_drift": drift}
+        for arm in ARMS:
+            rows[f"{s}/{arm}"] = {"mse": others, "best_is_last": 0.0}
+        rows[f"{s}/norin"] = {"mse": norin, "best_is_last": 0.0}
+        rows[f"{s}/selected"] = {"log10_delta": log10_delta, "backbone_gap": gap}
+        rows[f"{s}/placebo"] = {"log10_delta": PRIOR_LOG10_DELTA, "backbone_gap": 2 / 3}
+        rows[f"{s}/shape"] = {"drift_fraction": drift, "shape_matters": spread}
     return {"table": rows}
 
 
 def test_effects_take_both_signs_on_constructed_tables():
-    good, bad = _table(0.8, 1.0, 0.0, 0.5), _table(1.2, 1.0, 1.4, -0.5)
+    good, bad = _table(0.8, 1.0, 0.0, 1.2, 0.5, 1.0), _table(1.2, 1.0, 1.4, 0.1, -0.5, 0.0)
     for effect in CLAIM.effects:
         g, b = effect.fn(good), effect.fn(bad)
         assert g * b < 0, effect.name
         assert (g > 0) == (effect.direction == "greater"), effect.name
+    premise = CLAIM.premises[0]
+    assert premise.fn(good) > premise.margin.value > premise.fn(bad)

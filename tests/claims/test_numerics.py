@@ -18,6 +18,10 @@ def test_smoke_run_has_every_scale_and_finite_errors(smoke_measurement):
         row = m["table"][f"gpt-s{s:g}"]
         assert 0 < row["rel_err_final"] < 0.1 and row["growth"] > 0
     assert m["table"]["gpt-s64"]["growth"] > m["table"]["gpt-s1"]["growth"]
+    assert m["table"]["gpt-mild"] == m["table"]["gpt-s2"]
+    # the positive control: fp16 (10 mantissa bits) errs several times less than bf16 (7)
+    fp16, bf16 = m["table"]["gpt-s1-fp16"]["rel_err_final"], m["table"]["gpt-s1"]["rel_err_final"]
+    assert 2 < bf16 / fp16 < 32
 
 
 def test_scaling_by_one_is_the_model_itself():
@@ -43,8 +47,9 @@ def test_overflow_counts_as_failure_unless_documented():
 def _table(err_mild, err_large, ln, rms, rho):
     rows = {
         "gpt-s1": {"rel_err_final": 0.01, "growth": 2.0},
-        "gpt-s2": {"rel_err_final": err_mild, "growth": 4.0},
-        "gpt-s64": {"rel_err_final": err_large, "growth": 100.0},
+        "gpt-s1-fp16": {"rel_err_final": 0.00125, "growth": 2.0},
+        "gpt-mild": {"rel_err_final": err_mild, "growth": 4.0},
+        "gpt-large": {"rel_err_final": err_large, "growth": 100.0},
         "layernorm-bfloat16-native": {"error": ln},
         "rmsnorm-bfloat16-native": {"error": rms},
         "bounds": {"bound_error_spearman": rho, "softmax_kappa_error_spearman": rho},
@@ -57,6 +62,8 @@ def test_effects_take_both_signs_on_constructed_tables():
     for effect in CLAIM.effects:
         assert effect.fn(up) * effect.fn(down) < 0, effect.name
     assert CLAIM.primary.fn(_table(0.01, 0.01, 1, 1, 0)) == 0.0
+    control = CLAIM.premises[0]
+    assert control.fn(up) > control.margin.value
 
 
 def test_spearman():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from normlab.claims import get_claim
-from normlab.claims.catalogue.oasis import BASELINE, VARIANTS, variant_config
-from normlab.claims.core import judge_claim
+from normlab.claims.catalogue.oasis import BASELINE, SOFTMAX1, VARIANTS, variant_config
+from normlab.claims.rule import judge_claim
 
 CLAIM = get_claim("oasis")
 
@@ -20,7 +20,7 @@ def test_smoke_table(smoke_measurement):
         assert 0.0 <= row["sink_score"] <= 1.0 and 0 < row["fp_bpb"] < 9
         assert math.isclose(row["w8a8_degradation"], row["w8a8_bpb"] - row["fp_bpb"])
     assert table["attnres"]["null_mass"] < 1e-6 < table["oasis"]["null_mass"]
-    assert "beta" not in table[BASELINE] and table["oasis"]["beta"] > 0.5  # softplus(0) = 0.69
+    assert "beta" not in table[SOFTMAX1] and table["oasis"]["beta"] > 0.5  # softplus(0) = 0.69
     beta = m["curves"]["beta"]
     assert beta["step"][0] == 0 and math.isclose(beta["beta"][0], math.log(2), rel_tol=1e-6)
     assert CLAIM.config("quick")["seeds"] >= 5
@@ -31,23 +31,40 @@ def test_variants():
     built = {name: variant_config(name, config) for name in VARIANTS}
     assert built["oasis"].residual == "oasis" and built["oasis"].score == "softmax1"
     assert built["oasis"].null_beta_init == config["beta_init"]
-    assert built[BASELINE].residual == "attnres" and built[BASELINE].score == "softmax1"
+    assert built[SOFTMAX1].residual == "attnres" and built[SOFTMAX1].score == "softmax1"
+    assert built[BASELINE].residual == "attnres" and built[BASELINE].score == "softmax"
+    assert config["d_model"] == 128  # the size at which the baseline's outliers form
     assert built["attnres+clipped"].score_kwargs == {"gamma": -12 / config["context"]}
     assert set(CLAIM.config("full")["variants"]) == set(VARIANTS)
 
 
-def _m(oasis_inf: float, kurtosis: float = 20.0) -> dict:
+def _m(oasis_inf: float, kurtosis: float = 20.0, degradation: float = 0.1) -> dict:
     row = {"max_inf_norm": 10.0, "avg_kurtosis": kurtosis, "sink_score": 0.5,
-           "w8a8_degradation": 0.1, "w4a4_degradation": 0.2}  # fmt: skip
-    return {"table": {"pre-ln": dict(row), "attnres": dict(row), BASELINE: dict(row),
-                      "oasis": {**row, "max_inf_norm": oasis_inf, "beta": 0.7}}}  # fmt: skip
+           "w8a8_degradation": degradation, "w4a4_degradation": 0.2}  # fmt: skip
+    return {"table": {"pre-ln": dict(row), BASELINE: dict(row), SOFTMAX1: dict(row),
+                      "oasis": {**row, "max_inf_norm": oasis_inf, "beta": 0.7,
+                                "w8a8_degradation": 0.0}}}  # fmt: skip
 
 
-def test_primary_sign_and_outlier_gate():
+def test_primary_sign_and_premises_gate_only_their_effects():
     assert CLAIM.primary.fn(_m(9.0)) < 0 < CLAIM.primary.fn(_m(11.0))
     values = (8.0, 8.1, 8.2, 8.1)
     assert judge_claim(CLAIM, [_m(v) for v in values]).verdict == "supported"
-    assert judge_claim(CLAIM, [_m(v, 3.0) for v in values]).verdict == "untestable"
+    no_outliers = judge_claim(CLAIM, [_m(v, 3.0) for v in values])
+    assert no_outliers.verdict == "untestable"
+    effects = {e.name: e for e in no_outliers.effects}
+    assert effects["inf_norm_lower"].would_be == "supported"  # shown, not hidden
+    assert effects["attnres_worsens_outliers"].verdict != "untestable"  # ungated
+    intact = judge_claim(CLAIM, [_m(v, degradation=0.001) for v in values])
+    effects = {e.name: e.verdict for e in intact.effects}
+    assert intact.verdict == "supported" and effects["w8a8_smaller"] == "untestable"
+
+
+def test_a_diverged_baseline_counts_as_exploded():
+    from normlab.claims.rule import with_divergence
+
+    m = {**_m(9.0), "diverged": {BASELINE: {"step": 9, "last": 5.0}}}
+    assert CLAIM.primary.fn(with_divergence(m, CLAIM.primary.if_diverged)) < -0.99
 
 
 def test_coupling_trains_at_its_own_rate():
@@ -67,10 +84,12 @@ def test_coupling_trains_at_its_own_rate():
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
 
 
-def test_premise_trajectory_in_smoke(smoke_measurement):
-    premise = smoke_measurement("oasis")["curves"]["premise"]
-    steps = premise["step"]
-    assert steps == sorted(steps) and steps[-1] == CLAIM.config("smoke")["premise"]["steps"]
-    for key in ("avg_kurtosis", "max_inf_norm", "sink_score"):
-        assert len(premise[key]) == len(steps) and all(math.isfinite(v) for v in premise[key])
+def test_trajectory_in_smoke(smoke_measurement):
+    paths = smoke_measurement("oasis")["curves"]["trajectory"]
+    assert set(paths) == {"pre-ln", BASELINE}
+    for path in paths.values():
+        steps = path["step"]
+        assert steps == sorted(steps) and steps[-1] == CLAIM.config("smoke")["steps"]
+        for key in ("avg_kurtosis", "max_inf_norm", "sink_score"):
+            assert len(path[key]) == len(steps) and all(math.isfinite(v) for v in path[key])
     assert CLAIM.figure is not None

@@ -6,7 +6,8 @@ import math
 
 import torch
 
-from normlab.claims.catalogue.pamod import CLAIM, METHODS, ROLES, CalendarRevIN
+from normlab.claims.catalogue.pamod import CLAIM, COMPARISON, METHODS, ROLES
+from normlab.series import CalendarRevIN
 
 
 def test_smoke_run_has_every_series_and_method(smoke_measurement):
@@ -16,6 +17,9 @@ def test_smoke_run_has_every_series_and_method(smoke_measurement):
         for method in METHODS:
             row = m["table"][f"{ROLES[name]}/{method}"]
             assert row["mse"] > 0 and math.isfinite(row["mae"])
+    for method in COMPARISON:
+        assert m["table"][f"demand/{method}"]["mse"] > 0
+    assert all(r["grid_trials"] == 1 for r in m["tuning"].values())
     for tables in m["tables"].values():
         assert len(tables["phase"]) == len(tables["amplitude"]) == 168
 
@@ -31,6 +35,8 @@ def test_calendar_revin_modulates_only_the_mean_by_time_step():
     assert not torch.allclose(z, z2)
     a, phi = norm.modulation(torch.arange(24)[None])
     assert torch.equal(a, torch.ones_like(a)) and phi.shape == (1, 24, 2)
+    norm.reset_parameters()
+    torch.testing.assert_close(norm.normalize(x, index=index)[0], z)  # zero coef: RevIN
 
 
 def _table(pamod, revin, control):
@@ -39,6 +45,8 @@ def _table(pamod, revin, control):
         rows[f"{role}/pamod"] = {"mse": pamod}
         rows[f"{role}/revin"] = {"mse": revin}
         rows[f"{role}/revin-calendar"] = {"mse": revin}
+    for method in COMPARISON:
+        rows[f"demand/{method}"] = {"mse": revin}
     rows["control/pamod"] = {"mse": control}
     rows["control/revin"] = {"mse": 1.0}
     return {"table": rows}

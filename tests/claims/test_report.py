@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import math
@@ -87,7 +86,7 @@ def test_records_hold_structured_numbers_and_verdicts(report):
     assert primary["on_claimed_side"] == 3 and not primary["degenerate"]
     assert ok["effects"][1]["degenerate"] is True  # rank gap 1 in every seed
     assert [c["status"] for c in ok["checks"]] == ["verified"]
-    assert ok["preconditions"][0]["held"] is True
+    assert (ok.get("premises") or ok.get("preconditions"))[0]["held"] is True
     curve = ok["tasks"][0]["measurement"]["curves"]["loss"]
     assert curve[1] == {"value": None, "nonfinite": "inf"}
     assert [t["kind"] for t in ok["tasks"]] == ["seed", "seed", "seed", "checks"]
@@ -110,26 +109,92 @@ def test_why_lines_name_the_deciding_effect_and_what_was_missing(report):
     assert all("mixed signs" not in c["why"] for c in claims.values())
 
 
-def test_page_has_sections_figures_captions_header_and_why(report):
+def test_index_links_one_page_per_claim_with_figure_caption_and_why(report):
     index, data, claims = report
     text = index.read_text()
-    page = _Page()
-    page.feed(text)
-    assert page.sections == list(claims)  # in the order run
-    assert page.images and page.captions == len(page.images)
-    for src in page.images:
-        prefix = "data:image/png;base64,"
-        assert src.startswith(prefix)
-        assert base64.b64decode(src[len(prefix) :]).startswith(b"\x89PNG\r\n\x1a\n")
     for c in claims.values():
-        assert html.escape(c["why"]) in text
-    assert "look at the planted dots" in text  # the claim's caption
-    assert "the planted claim runs one variant at quick scale" in text  # scale_note
+        assert f'href="claims/{c["id"]}.html"' in text
+        assert html.escape(c["why"]) in text  # the why-line is in the summary row
+    assert "data:image" not in text and "<section" not in text  # the index stays short
     assert f"torch {data['torch']}" in text and "CPU cores" in text
-    assert "planted failure" in text  # the traceback of a failed task
-    assert '<div class="scroll">' in text
-    assert "✅ verified" in text and "❌ failed" in text
+    assert "pts" in text  # the primary effect's unit
+    assert "Sources of the margins" in text
+    for c in claims.values():
+        claim_page = (index.parent / "claims" / f"{c['id']}.html").read_text()
+        parsed = _Page()
+        parsed.feed(claim_page)
+        assert parsed.sections == [c["id"]]
+        assert html.escape(c["why"]) in claim_page
+        for src in parsed.images:  # figures are files next to the report
+            png = (index.parent / "claims" / src).resolve()
+            assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+            assert parsed.captions == len(parsed.images)
+    ok = (index.parent / "claims" / "planted-ok.html").read_text()
+    assert "look at the planted dots" in ok  # the claim's caption
+    assert "the planted claim runs one variant at quick scale" in ok  # scale_note
+    assert "class='card'" in ok and html.escape("margin's source") in ok
+    assert "planted failure" in (index.parent / "claims" / "planted-fails.html").read_text()
+    broken = (index.parent / "claims" / "planted-check-fails.html").read_text()
+    assert "verified" in ok and "FAILED" in broken
+    for page_text in [text, ok, broken]:
+        assert not any(ord(ch) > 0x2FFF for ch in page_text)  # no emoji, CSS marks instead
     assert "Smoke proves the pipeline" not in text  # no banner at quick scale
+
+
+def test_a_broken_figure_shows_an_error_box_and_is_logged(tmp_path, planted, monkeypatch, caplog):
+    import dataclasses
+
+    claim = planted["planted-ok"]
+
+    def broken(measurements):
+        raise RuntimeError("no such curve")
+
+    bad = dataclasses.replace(claim, figure=broken)
+    results = ClaimRunner(tmp_path, jobs=1).run([bad], "quick")
+    with caplog.at_level("WARNING"):
+        index = write_report(results, tmp_path)
+    page_text = (index.parent / "claims" / "planted-ok.html").read_text()
+    assert "error-box" in page_text and "no such curve" in page_text
+    assert "<img" not in page_text
+    assert any(
+        "planted-ok" in r.getMessage() and "failed" in r.getMessage() for r in caplog.records
+    )
+
+
+def _merge_in_child(out: str, claim_id: str) -> None:
+    """Child of the lock test: judge one planted claim and merge it into ``out``, slowly."""
+    import time
+
+    from normlab.claims import report as report_module
+    from tests.claims import _planted
+
+    claim = next(c for c in _planted.ALL if c.id == claim_id)
+    original = report_module._read_old
+
+    def slow_read(path):
+        old = original(path)
+        time.sleep(0.6)  # without the lock, both runs read results.json before either writes
+        return old
+
+    report_module._read_old = slow_read
+    results = ClaimRunner(out, jobs=1).run([claim], "quick")
+    write_report(results, out, merge=True)
+
+
+def test_two_concurrent_merges_both_land(tmp_path):
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    ids = ["planted-ok", "planted-untestable"]
+    children = [context.Process(target=_merge_in_child, args=(str(tmp_path), i)) for i in ids]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+        assert child.exitcode == 0
+    merged = json.loads((tmp_path / "results.json").read_text())
+    assert sorted(c["id"] for c in merged["claims"]) == ids
+    assert {p.stem for p in (tmp_path / "claims").glob("*.html")} == set(ids)
 
 
 def test_smoke_report_carries_the_banner(tmp_path, planted):
@@ -153,7 +218,7 @@ def test_only_merges_into_the_existing_report(tmp_path, planted, monkeypatch, ca
     assert merged["claims"][1] == first["claims"][1]  # kept as it was
     validate(merged)
     text = (tmp_path / "index.html").read_text()
-    assert 'id="planted-untestable"' in text and 'id="planted-ok"' in text
+    assert 'href="claims/planted-untestable.html"' in text and "claims/planted-ok.html" in text
     assert "merged 1 claim(s)" in capsys.readouterr().out
 
 
@@ -182,3 +247,65 @@ def test_claim_command_says_where_it_writes(tmp_path, planted, monkeypatch, caps
         )
         == 1
     )
+
+
+def test_run_shows_progress_when_asked_and_accepts_underscores(
+    tmp_path, planted, monkeypatch, capsys
+):
+    import normlab.claims
+
+    monkeypatch.setattr(claims_core._CATALOGUE, "loaded", True)
+    report = normlab.claims.run(["planted_ok"], scale="smoke", jobs=1, out=tmp_path, progress=True)
+    err = capsys.readouterr().err
+    assert "planted-ok" in err and "all (smoke)" in err and "ETA" in err
+    assert list(report.verdicts) == ["planted-ok"]
+    normlab.claims.run(["planted-ok"], scale="smoke", jobs=1, out=tmp_path)
+    assert capsys.readouterr().err == ""  # no bars unless asked
+
+
+def test_report_and_report_html_do_not_import_each_other():
+    import ast
+    from pathlib import Path
+
+    import normlab.claims.report_html as report_html
+
+    tree = ast.parse(Path(report_html.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | {
+        a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names
+    }
+    assert "normlab.claims.report" not in imported  # formatting lives in claims._format
+
+
+def test_a_kept_record_from_older_code_is_marked_stale(tmp_path, planted, monkeypatch):
+    import normlab._sources as sources
+    import normlab.claims
+
+    monkeypatch.setattr(claims_core._CATALOGUE, "loaded", True)  # only the planted claims
+    normlab.claims.run(["planted-ok", "planted-untestable"], "smoke", jobs=1, out=tmp_path)
+    real = sources.read_source
+
+    def edited(path):  # the planted claims' module changes after the first run
+        data = real(path)
+        return data + b"\n# edited\n" if str(path).endswith("_planted.py") else data
+
+    monkeypatch.setattr(sources, "read_source", edited)
+    normlab.claims.run(["planted-untestable"], "smoke", jobs=1, out=tmp_path)
+    data = json.loads((tmp_path / "results.json").read_text())
+    by_id = {c["id"]: c for c in data["claims"]}
+    assert by_id["planted-ok"].get("stale") is True
+    assert by_id["planted-ok"]["why"].startswith("STALE")
+    assert not by_id["planted-untestable"].get("stale")  # just recomputed
+    validate(data)
+
+
+def test_report_robustness_flag_records_the_neighbours(tmp_path, planted, monkeypatch):
+    from normlab.cli import main
+
+    monkeypatch.setattr(claims_core._CATALOGUE, "loaded", True)
+    args = ["report", "--scale", "quick", "--jobs", "1", "--no-progress", "--out", str(tmp_path)]
+    assert main([*args, "--only", "planted-ok", "--robustness"]) == 0
+    (record,) = json.loads((tmp_path / "results.json").read_text())["claims"]
+    flips = {r["value"]: r["flips"] for r in record["robustness"]}
+    assert flips == {-2.0: True, 0.5: False}
+    page = (tmp_path / "claims" / "planted-ok.html").read_text()
+    assert "Robustness" in page and "flips the verdict" in page

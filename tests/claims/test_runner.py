@@ -1,4 +1,5 @@
-"""The claims runner: v2 tasks (seeds + checks), caching, cache keys, corruption, orphans."""
+"""The claims runner: tasks (seeds + checks + robustness), caching, cache keys, corruption,
+orphans, and the v3 engine (rule errors, null calibration, stale-free keys)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import torch
 
 import normlab._sources as sources
 import normlab.claims.runner as runner_module
-from normlab.claims.runner import ClaimRunner, task_key
+import normlab.claims.tasks as tasks_module
+from normlab.claims.runner import ClaimRunner
+from normlab.claims.tasks import task_key
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "normlab"
@@ -115,7 +118,7 @@ def test_task_key_ignores_unrelated_modules_and_hashes_the_claim_module(planted,
     before = task_key(claim, "quick", 0)
     _edited(monkeypatch, "series/fan.py")  # nothing the planted claim imports
     assert task_key(claim, "quick", 0) == before
-    closure = sources.source_closure(runner_module.claim_modules(claim))
+    closure = sources.source_closure(tasks_module.claim_modules(claim))
     assert "tests.claims._planted" in closure  # a claim outside normlab is hashed itself
     assert {"normlab.claims.common", "normlab.probes.rank"} <= set(closure)
 
@@ -276,3 +279,88 @@ def test_killed_report_leaves_no_orphans(tmp_path, sig):
     for pid in left:  # do not leave them behind even when the test fails
         os.kill(pid, signal.SIGKILL)
     assert not left, f"orphaned processes {left} outlived the report"
+
+
+# Protocol v3 engine -------------------------------------------------------------------
+
+
+def test_a_failing_effect_errs_its_claim_and_leaves_the_others(tmp_path, planted):
+    results = ClaimRunner(tmp_path, jobs=1).run(
+        [planted["planted-broken-effect"], planted["planted-ok"]], "quick"
+    )
+    assert [r.label for r in results] == ["error", "supported"]
+    assert "nobody" in results[0].verdict.reason
+
+
+def test_robustness_reruns_the_seeds_at_each_neighbour(tmp_path, planted):
+    claim = planted["planted-ok"]
+    (plain,) = ClaimRunner(tmp_path, jobs=1).run([claim], "quick")
+    assert plain.robustness == "not run" and not plain.neighbours
+    (result,) = ClaimRunner(tmp_path, jobs=1).run([claim], "quick", robustness=True)
+    assert [(r["setting"], r["value"]) for r in result.verdict.robustness] == [
+        ("offset", -2.0),
+        ("offset", 0.5),
+    ]
+    verdicts = {r["value"]: r["verdict"] for r in result.verdict.robustness}
+    assert verdicts == {-2.0: "contradicted", 0.5: "supported"}
+    assert result.robustness == "fragile: flips at offset=-2.0"
+    assert len(result.neighbours) == 6 and all(t.override for t in result.neighbours)
+    assert all(t.cached for t in result.tasks)  # the main run was reused
+
+
+def test_null_calibration_is_recorded(tmp_path, planted):
+    (result,) = ClaimRunner(tmp_path, jobs=1).run([planted["planted-ok"]], "quick")
+    null = result.verdict.null
+    assert null is not None and null["seeds"] == 3 and 0 <= null["supported_rate"] <= 1
+
+
+def test_a_cached_null_measurement_is_a_miss(tmp_path, planted):
+    claim = planted["planted-ok"]
+    runner = ClaimRunner(tmp_path, jobs=1)
+    runner.run([claim], "quick")
+    path = runner.path(claim.id, "quick", 0, runner.key(claim, "quick", 0))
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "measurement": None}))
+    with pytest.warns(RuntimeWarning, match="no usable measurement"):
+        assert runner.cached(claim, "quick", 0) is None
+
+
+def test_task_key_hashes_torch_python_and_threads(planted, monkeypatch):
+    claim = planted["planted-ok"]
+    before = task_key(claim, "quick", 0)
+    monkeypatch.setattr(torch, "__version__", "0.0.1")
+    assert task_key(claim, "quick", 0) != before
+    monkeypatch.undo()
+    monkeypatch.setattr(tasks_module, "THREADS", 2)
+    assert task_key(claim, "quick", 0) != before
+
+
+def test_tasks_run_with_the_pinned_thread_count(tmp_path, planted):
+    (result,) = ClaimRunner(tmp_path, jobs=2).run([planted["planted-ok"]], "quick")
+    assert {t.threads for t in result.tasks} == {tasks_module.THREADS}
+
+
+def test_closure_hashes_the_kernels_cpp_source(monkeypatch):
+    closure = sources.source_closure(["normlab.kernels.cpu"])
+    assert any(name.endswith(":norms.cpp") for name in closure)
+    before = sources.closure_hash(["normlab.kernels.cpu"])
+    _edited(monkeypatch, "kernels/csrc/norms.cpp")
+    assert sources.closure_hash(["normlab.kernels.cpu"]) != before
+
+
+def test_from_package_import_submodule_takes_the_submodule_only():
+    from normlab.claims.core import get_claim
+
+    closure = sources.source_closure(tasks_module.claim_modules(get_claim("kappa-attention")))
+    assert not any(name.startswith("normlab.rl") for name in closure)
+    assert "normlab" not in closure  # the root package's __init__ imports every family
+
+
+def test_unreachable_ray_address_is_refused_quickly(tmp_path, planted):
+    pytest.importorskip("ray")
+    start = time.perf_counter()
+    with pytest.raises(ConnectionError, match="No Ray cluster answers"):
+        ClaimRunner(tmp_path, jobs=1, backend="ray", address="127.0.0.1:1").run(
+            [planted["planted-ok"]], "quick"
+        )
+    assert time.perf_counter() - start < 30

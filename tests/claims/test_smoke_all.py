@@ -19,7 +19,7 @@ def test_claim_runs_at_smoke_scale(claim, smoke_measurement):
     for method, row in table.items():
         for metric, value in row.items():
             assert isinstance(value, float | int), (method, metric, value)
-    for effect in claim.effects:
+    for effect in (p for e in claim.effects for p in (e.parts or (e,))):
         value = effect.fn(measurement)
         assert isinstance(value, float) and math.isfinite(value), (effect.name, value)
     for pre in claim.preconditions:

@@ -7,41 +7,42 @@ import math
 import pytest
 import torch
 
-from normlab.claims.catalogue.stablegrad import CLAIM
+from normlab.claims.catalogue.stablegrad import CLAIM, TUNED
 from normlab.models.pinn import PINN, ResidualCNN, poisson_exact, poisson_loss
 
 
 def _m(adam_deep, sg_deep, adam_shallow=-1.0, adam_acc=0.5, sg_acc=0.5):
     t = {
-        "adam-d4": {"log10_rel_l2": adam_shallow, "rel_l2": 10**adam_shallow},
-        "stablegrad-d4": {"log10_rel_l2": -1.0},
-        "adam-d16": {"log10_rel_l2": adam_deep},
-        "stablegrad-d16": {"log10_rel_l2": sg_deep},
+        "adam-shallow": {"log10_rel_l2": adam_shallow, "rel_l2": 10**adam_shallow},
+        "adam-deep": {"log10_rel_l2": adam_deep},
+        "stablegrad-deep": {"log10_rel_l2": sg_deep},
+        "stablegrad-last-deep": {"log10_rel_l2": sg_deep},
         "adam-cnn": {"test_acc": adam_acc},
         "stablegrad-cnn": {"test_acc": sg_acc},
     }
     return {"table": t, "depths": [4, 16]}
 
 
-def test_effects_and_precondition_come_out_both_ways():
-    primary, cnn = CLAIM.primary, CLAIM.secondary[0]
-    assert primary.fn(_m(-0.2, -0.8)) == pytest.approx(0.6)
-    assert primary.fn(_m(-0.8, -0.2)) == pytest.approx(-0.6)
+def test_effects_and_premises_come_out_both_ways():
+    primary, last, cnn = CLAIM.primary, *CLAIM.secondary
+    for effect in (primary, last):
+        assert effect.fn(_m(-0.2, -0.8)) == pytest.approx(-0.6)
+        assert effect.fn(_m(-0.8, -0.2)) == pytest.approx(0.6)
     assert cnn.fn(_m(0, 0, adam_acc=0.3, sg_acc=0.7)) > cnn.margin.value
     assert cnn.fn(_m(0, 0, adam_acc=0.7, sg_acc=0.3)) < 0
-    pre = CLAIM.preconditions[0]
-    assert pre.holds(pre.fn(_m(-0.2, 0, adam_shallow=-1.0)))
-    assert not pre.holds(pre.fn(_m(-1.0, 0, adam_shallow=-0.2)))
-    learns = CLAIM.preconditions[1]
-    assert learns.holds(learns.fn(_m(0, 0, adam_shallow=-1.0)))
-    assert not learns.holds(learns.fn(_m(0, 0, adam_shallow=0.01)))
+    (pre,) = CLAIM.premises
+    assert pre.fn(_m(-0.2, 0, adam_shallow=-1.0)) > pre.margin.value
+    assert pre.fn(_m(-1.0, 0, adam_shallow=-0.2)) < pre.margin.value
+    learns = CLAIM.preconditions[0]
+    assert learns.fn(_m(0, 0, adam_shallow=-1.0)) <= learns.threshold
+    assert learns.fn(_m(0, 0, adam_shallow=0.01)) > learns.threshold
 
 
 def test_pinn_knows_the_exact_solution():
     x = torch.linspace(0, 1, 5)[:, None]
     assert torch.allclose(poisson_exact(x)[[0, -1]], torch.zeros(2, 1), atol=1e-6)
     loss, u = poisson_loss(PINN(2, 4), torch.rand(8, 1))
-    assert loss.item() > 0 and u.shape == (8, 1)
+    assert loss.item() > 0 and u.shape == (10, 1)
     assert ResidualCNN(2, 4)(torch.rand(3, 1, 8, 8)).shape == (3, 10)
 
 
@@ -49,6 +50,7 @@ def test_smoke_run_and_checks():
     torch.set_num_threads(1)
     config = CLAIM.config("smoke")
     m = CLAIM.run(config, 0)
+    assert set(m["tuning"]) == set(TUNED)
     for effect in CLAIM.effects:
         assert math.isfinite(effect.fn(m)), effect.name
     for check in CLAIM.checks:

@@ -35,3 +35,16 @@ def test_primary_sign():
                           "replacement": {"removal_cost": 0.2}}}  # fmt: skip
 
     assert CLAIM.primary.fn(m(0.1)) < 0 < CLAIM.primary.fn(m(0.3))
+
+
+def test_agreeing_protocols_make_the_primary_untestable():
+    from normlab.claims.rule import judge_claim
+
+    def m(inter: float, rho: float) -> dict:
+        costs = (("interchange", inter), ("replacement", 0.2), ("random", 0.3))
+        rows = {p: {"removal_cost": c} for p, c in costs}
+        return {"table": {**rows, "protocols": {"spearman": rho}, "model": {"val_bpb": 3.0}}}
+
+    safer = [0.10, 0.11, 0.09, 0.12, 0.10]
+    assert judge_claim(CLAIM, [m(c, 0.5) for c in safer]).verdict == "supported"
+    assert judge_claim(CLAIM, [m(c, 0.99) for c in safer]).verdict == "untestable"

@@ -11,23 +11,27 @@ from normlab.claims.catalogue.wne import CLAIM
 from normlab.models.denoise import DenoiseCNN, psnr, synthetic_scenes
 
 
-def _m(plain50, wne50, plain15=30.0, wne15=30.0, noisy15=24.6):
-    return {
-        "table": {
-            "plain": {"psnr_50": plain50, "psnr_15": plain15, "noisy_psnr_15": noisy15},
-            "wne": {"psnr_50": wne50, "psnr_15": wne15, "noisy_psnr_15": noisy15},
+def _m(plain50, wne50, plain15=30.0, wne15=30.0, noisy15=24.6, noisy50=14.1):
+    def row(p50, p15):
+        return {
+            "psnr_50": p50,
+            "psnr_15": p15,
+            "noisy_psnr_15": noisy15,
+            "noisy_psnr_50": noisy50,
         }
-    }
+
+    return {"table": {"plain": row(plain50, plain15), "wne": row(wne50, wne15)}}
 
 
-def test_effects_and_precondition_come_out_both_ways():
+def test_effects_and_premises_come_out_both_ways():
     primary, in_range = CLAIM.primary, CLAIM.secondary[0]
     assert primary.fn(_m(18.0, 19.0)) == pytest.approx(1.0)
     assert primary.fn(_m(19.0, 18.0)) == pytest.approx(-1.0)
     assert in_range.fn(_m(0, 0, wne15=29.0)) < -in_range.margin.value
     assert in_range.fn(_m(0, 0, wne15=30.5)) > 0
-    pre = CLAIM.preconditions[0]
-    assert pre.holds(pre.fn(_m(0, 0))) and not pre.holds(pre.fn(_m(0, 0, plain15=24.0)))
+    learns, hurts = CLAIM.premises
+    assert learns.fn(_m(0, 0)) > learns.margin.value > learns.fn(_m(0, 0, plain15=24.0))
+    assert hurts.fn(_m(15.0, 0)) > hurts.margin.value > hurts.fn(_m(20.0, 0))
 
 
 def test_data_and_model():
@@ -43,6 +47,7 @@ def test_smoke_run_and_checks():
     torch.set_num_threads(1)
     config = CLAIM.config("smoke")
     m = CLAIM.run(config, 0)
+    assert set(m["tuning"]) == {"plain", "wne"}
     for effect in CLAIM.effects:
         assert math.isfinite(effect.fn(m)), effect.name
     for check in CLAIM.checks:

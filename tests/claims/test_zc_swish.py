@@ -8,7 +8,6 @@ import torch
 from normlab.claims.catalogue.zc_swish import (
     CLAIM,
     METHODS,
-    LearnedBetaSwish,
     layer_mean_profile,
     mean_drift,
 )
@@ -50,23 +49,31 @@ def test_mean_drift_is_the_average_relative_mean():
 
 def test_smoke_run_has_every_activation_and_depth(smoke_measurement):
     m = smoke_measurement("zc-swish")
-    for depth in CLAIM.config("smoke")["depths"]:
-        for act in METHODS:
-            row = m["table"][f"{act}-d{depth}"]
-            assert 0 <= row["test_acc"] <= 1 and row["mean_drift"] >= 0
-    assert CLAIM.config("quick")["depths"][-1] == 32 and CLAIM.config("quick")["seeds"] >= 5
+    arms = CLAIM.config("smoke")["search"]["arms"]
+    for arm in arms:
+        row = m["table"][arm]
+        assert 0 <= row["test_acc"] <= 1 and row["mean_drift"] >= 0
+    assert all(f"{act}-d16" in m["table"] for act in METHODS)
+    assert set(m["tuning"]) == set(arms)
+    assert CLAIM.config("quick")["seeds"] >= 5
 
 
-def test_learned_beta_swish_is_silu_at_beta_one_and_learns_beta():
-    act = LearnedBetaSwish(3)
+def test_uncentred_zc_swish_is_silu_at_beta_one_and_learns_beta():
+    act = ZCSwish(3, centred=False)
     x = torch.randn(2, 3, 4, 4)
     torch.testing.assert_close(act(x), torch.nn.functional.silu(x))
+    torch.testing.assert_close(
+        ZCSwish(3)(x), torch.nn.functional.silu(x) - 0.2066, atol=1e-4, rtol=0
+    )
     act(x).sum().backward()
     assert act.beta.grad is not None and act.beta.grad.shape == (3,)
+    last = ZCSwish(3, centred=False, channel_dim=-1)
+    y = torch.randn(5, 3)
+    torch.testing.assert_close(last(y), torch.nn.functional.silu(y))
 
 
 def _table(zc, swish, swish_beta, relu, drift_zc=0.1, drift_sb=0.3):
-    depths = [4, 8]
+    depths = [8, 16]
     rows = {}
     for d in depths:
         for act, acc in (
@@ -76,7 +83,7 @@ def _table(zc, swish, swish_beta, relu, drift_zc=0.1, drift_sb=0.3):
             ("relu", relu),
         ):
             drift = drift_zc if act == "zc-swish" else drift_sb
-            rows[f"{act}-d{d}"] = {"test_acc": acc if d == 8 else 0.9, "mean_drift": drift}
+            rows[f"{act}-d{d}"] = {"test_acc": acc if d == 16 else 0.9, "mean_drift": drift}
     return {"table": rows, "depths": depths}
 
 
@@ -85,3 +92,6 @@ def test_effects_take_both_signs_on_constructed_tables():
     for effect in CLAIM.effects:
         assert effect.fn(good) > 0 > effect.fn(bad), effect.name
     assert CLAIM.primary.fn(good) == pytest.approx(0.4)
+    assert [p.fn(good) for p in CLAIM.primary.parts] == pytest.approx([0.4, 0.7, 0.5])
+    premise = CLAIM.premises[0]
+    assert premise.fn(good) == pytest.approx(0.8) and premise.fn(bad) == pytest.approx(0.4)

@@ -96,3 +96,20 @@ def test_bad_inputs_are_clear_errors():
         layer(torch.randn(2, 7))
     with pytest.raises(ValueError, match="m - 1"):
         CirculantDiagonalTransform(torch.ones(2, 4), torch.ones(2, 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_input_is_computed_in_float32(dtype):
+    # raw FFT errors before: bf16 has no FFT, fp16 only powers of two on CUDA
+    layer = CirculantDiagonalLinear(6, init_std=0.3)
+    x = torch.randn(4, 6).to(dtype)
+    y = layer(x)
+    assert y.dtype == dtype
+    torch.testing.assert_close(y.float(), layer(x.float()), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(layer.inverse(y).float(), x.float(), rtol=3e-2, atol=3e-2)
+
+
+def test_an_empty_batch_comes_back_empty():
+    layer = CirculantDiagonalLinear(6)
+    assert layer(torch.zeros(0, 6)).shape == (0, 6)
+    assert layer.inverse(torch.zeros(0, 3, 6)).shape == (0, 3, 6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -67,20 +68,32 @@ def test_zero_rows(name: str) -> None:
         assert_close(a, b, torch.float32, name)
 
 
-def test_layers_use_the_fast_path_and_the_switch_turns_it_off() -> None:
+def test_layers_use_the_fast_path_and_the_switches_turn_it_off() -> None:
     x = torch.randn(4, 8, 64, requires_grad=True)
     layers = [RMSNorm(64), LayerNorm(64), DyT(64)]
     for layer in layers:
         assert _on_fast_path(layer(x)), type(layer).__name__
     assert _on_fast_path(K.softmax1(x))
-    with K.use_kernels(False):
-        assert not K.is_enabled()
+    with K.disabled():
+        assert not K.enabled()
+        with K.disabled():  # nested blocks restore the outer state
+            pass
+        assert not K.enabled()
         assert not any(_on_fast_path(layer(x)) for layer in layers)
-    assert K.is_enabled()
-    code = "import normlab.kernels as K; print(K.is_enabled())"
+    assert K.enabled()
+    torch_layers = [RMSNorm(64, backend="torch"), LayerNorm(64, backend="torch")]
+    torch_layers.append(DyT(64, backend="torch"))
+    for plain, fast in zip(torch_layers, layers, strict=True):
+        y = plain(x)
+        assert not _on_fast_path(y) and "backend='torch'" in repr(plain)
+        torch.testing.assert_close(y, fast(x), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        RMSNorm(64, backend="triton")
+    code = "import normlab.kernels as K; print(K.enabled())"
     env = {**os.environ, "NORMLAB_KERNELS": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
+    assert not hasattr(K, "use_kernels"), "the global switch object is gone (issue 28.3)"
 
 
 def test_plain_path_where_no_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -91,7 +104,8 @@ def test_plain_path_where_no_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(K, "_READY", {})
     cpu.reset()
     try:
-        assert cpu.library() is None and not K.available("cpu")
+        with pytest.warns(RuntimeWarning, match="CPU kernels are unavailable"):
+            assert cpu.library() is None and not K.available("cpu")
         x = torch.randn(3, 16, requires_grad=True)
         y = RMSNorm(16)(x)
         assert not _on_fast_path(y)
@@ -135,7 +149,7 @@ def test_softmax1_masked_row_is_zero_and_bf16_weight_mix() -> None:
     with torch.no_grad():
         layer.weight.uniform_(0.5, 1.5)
     y = layer(xb)
-    with K.use_kernels(False):
+    with K.disabled():
         ref = layer(xb)
     assert y.dtype == torch.bfloat16
     assert_close(y, ref, torch.bfloat16, "bf16 input, fp32 weight")
@@ -146,7 +160,7 @@ def test_double_backward_matches_reference() -> None:
     w = torch.randn(32, requires_grad=True)
     got = []
     for on in (True, False):
-        with K.use_kernels(on):
+        with contextlib.nullcontext() if on else K.disabled():
             for fn in (lambda: K.rms_norm(x, (32,), w), lambda: K.layer_norm(x, (32,), w)):
                 (gx,) = torch.autograd.grad((fn() ** 3).sum(), x, create_graph=True)
                 got.append(torch.autograd.grad(gx.pow(2).sum(), (x, w)))

@@ -60,6 +60,29 @@ def test_loop_signal_and_attention_injection_change_the_function():
     assert torch.allclose(m(x), m.readout(h), atol=1e-6)
 
 
+def test_attention_injection_keeps_the_input_injection():
+    """normlab's reading: ``h <- h + e + attn_0(norm1_0(e))`` at every loop after the first;
+    with the first attention's output projection zeroed it is the plain looped model."""
+    torch.manual_seed(3)
+    x = torch.randint(0, 200, (2, 8))
+    m = TinyGPT(GPTConfig(**BASE, loops=2, attention_injection=True))
+    e = m.embed(x) + m.pos(torch.arange(8))
+    h = e
+    for b in m.blocks:
+        h, _ = b(h)
+    first = m.blocks[0]
+    h = h + e + first.attn(first.norm1(e))
+    for b in m.blocks:
+        h, _ = b(h)
+    assert torch.allclose(m(x), m.readout(h), atol=1e-6)
+    plain = TinyGPT(GPTConfig(**BASE, loops=2))
+    with torch.no_grad():
+        first.attn.out.weight.zero_()
+        first.attn.out.bias.zero_()
+    plain.load_state_dict(m.state_dict())
+    assert torch.allclose(m(x), plain(x), atol=1e-6)
+
+
 def test_bad_loop_settings_raise():
     with pytest.raises(ValueError, match="loops"):
         GPTConfig(**BASE, loops=0)

@@ -13,11 +13,24 @@ def test_kurtosis_and_inf_norm_by_hand():
     # one sequence [1, -1, 1, -1]: mu 0, var 1, mu4 1 -> kurtosis 1
     # one sequence [0, 0, 0, 4]: mu 1, deviations (-1, -1, -1, 3), var 3, mu4 21 -> 21/9
     x = torch.tensor([[[1.0, -1.0], [1.0, -1.0]], [[0.0, 0.0], [0.0, 4.0]]])
-    k = kurtosis(x, eps=0.0)
+    k = kurtosis(x)
     torch.testing.assert_close(k, torch.tensor([1.0, 21 / 9], dtype=torch.float64))
     torch.testing.assert_close(inf_norm(x), torch.tensor([1.0, 4.0], dtype=torch.float64))
     gauss = torch.randn(4, 256, 64, generator=torch.Generator().manual_seed(0))
     assert kurtosis(gauss).sub(3).abs().max() < 0.1
+
+
+def test_kurtosis_is_scale_invariant_and_the_oasis_form_is_not():
+    g = torch.randn(1, 100000, generator=torch.Generator().manual_seed(0))
+    small = kurtosis(g * 0.03)
+    assert abs(small.item() - 3) < 0.1  # issue 24: the +1e-6 form gave 1.36
+    torch.testing.assert_close(small, kurtosis(g * 1000.0))
+    oasis = kurtosis(g * 0.03, variant="oasis")  # Var^2 = 8.1e-7 is below the 1e-6 added
+    c = (g.double() * 0.03) - (g.double() * 0.03).mean()
+    by_hand = c.pow(4).mean() / (c.pow(2).mean().pow(2) + 1e-6)
+    assert oasis.item() < 1.5 and oasis.item() == pytest.approx(by_hand.item(), rel=1e-3)
+    with pytest.raises(ValueError, match="pearson"):
+        kurtosis(g, variant="excess")
 
 
 def test_massive_activation_criteria():
@@ -74,3 +87,33 @@ def test_planted_massive_activation_is_detected():
     assert after.avg_kurtosis > 5 * before.avg_kurtosis
     with pytest.raises(ValueError, match="sites"):
         outlier_stats(model, x, sites="weights")
+
+
+def test_token_kurtosis_mean_and_max_by_hand():
+    model = small_model()
+    x = tokens()
+    report = outlier_stats(model, x, sites="residual")
+    states, _ = model.eval().trunk(x)
+    h = states[1].double()
+    c = h - h.mean(-1, keepdim=True)
+    per_token = c.pow(4).mean(-1) / c.pow(2).mean(-1).pow(2)  # (batch, tokens)
+    site = report.sites[0]
+    assert site.token_kurtosis == pytest.approx(per_token.mean(1).mean().item())
+    assert site.max_token_kurtosis == pytest.approx(per_token.max().item())
+    assert site.max_token_kurtosis > site.token_kurtosis
+    assert report.max_token_kurtosis == max(s.max_token_kurtosis for s in report.sites)
+
+
+def test_nan_model_is_reported_non_finite_in_strict_json():
+    import json
+
+    model = small_model()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))
+    report = outlier_stats(model, tokens())
+    assert len(report.nonfinite) == len(report.sites) > 0
+    assert report.sites[0].finite() is False
+    d = report.to_dict()
+    json.dumps(d, allow_nan=False)  # no bare NaN
+    assert d["max_inf_norm"] is None and d["sites"][0]["kurtosis"] is None

@@ -66,3 +66,22 @@ def test_probe_hf_encoder_skips_swap(tmp_path):
 def test_probe_missing_folder(tmp_path, capsys):
     assert probe_command([str(tmp_path / "nope")]) == 2
     assert "cannot load" in capsys.readouterr().err
+
+
+def test_nan_model_record_is_strict_json_and_the_headline_never_says_healthy():
+    from normlab.probes.report import headline
+
+    torch.manual_seed(0)
+    model = TinyGPT(GPTConfig(d_model=16, n_layers=2, n_heads=2, context=16)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))
+    x = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(0))
+    record = probe_model(model, x, swap=False)
+    json.dumps(record, allow_nan=False)  # issue 24: 97 bare NaN tokens before
+    assert set(record["nonfinite"]) >= {"outliers", "sinks"}
+    assert record["probes"]["sinks"]["sink_score"] is None  # not 0.000
+    rows = {metric: (value, ref) for metric, value, ref in headline(record)}
+    assert rows["non-finite statistics"][0].startswith("non-finite in ")
+    assert rows["sink score"] == ("non-finite", "")
+    assert rows["max inf-norm (block outputs)"] == ("non-finite", "")

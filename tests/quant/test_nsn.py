@@ -32,8 +32,9 @@ def test_codebook_and_bit_accounting():
     x = torch.randn(1, 2, 32, 16)
     chunk = q.quantize(x)
     tokens = 2 * 32
-    # codes: 2 stages x 2 sub-vectors x 8 bits per token; s1, s2 fp16 per token; o per chunk
-    assert chunk.bits == tokens * (2 * 2 * 8 + 32) + 2 * 16 * 16
+    # codes: 2 stages x 2 sub-vectors x 8 bits per token; s1, s2 fp16 per token; o and the
+    # int16 exponent of s1 per chunk
+    assert chunk.bits == tokens * (2 * 2 * 8 + 32) + 2 * 16 * 16 + 2 * 16
     kivi = IntKIVI(bits=2, axis="channel", group=32).quantize(x)
     assert kivi.bits == x.numel() * 2 + 2 * (2 * 16 * 1) * 16  # one group of 32 tokens/channel
     km = KMeansVQ.calibrate(torch.randn(512, 16), bits=1, iters=3)
@@ -172,8 +173,9 @@ def test_cache_bytes_are_what_is_stored():
     k = torch.randn(1, 4, 20, 16)
     for layer in range(2):
         cache.update(k, k.clone(), layer)
-    # per head vector of a quantized token: 2 codes x 8 bits + s1, s2 (fp16) + o / 8 tokens
-    per_vector = (2 * 8 + 32 + 16 * 16 / 8) / 8
+    # per head vector of a quantized token: 2 codes x 8 bits + s1, s2 (fp16) + (o and the
+    # int16 exponent of s1) / 8 tokens
+    per_vector = (2 * 8 + 32 + (16 * 16 + 16) / 8) / 8
     assert cache.bytes_per_token(quantized_only=True) == pytest.approx(2 * 2 * 4 * per_vector)
     window = 4 * 4 * 16 * 4 * 2 * 2  # 4 fp32 tokens x 4 heads x 16 x 4 bytes x (K, V) x layers
     total = 16 * 2 * 2 * 4 * per_vector + window

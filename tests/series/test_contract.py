@@ -16,7 +16,7 @@ IDS = [m.name for m in SERIES_METHODS]
 
 
 def test_every_series_method_is_registered():
-    assert set(IDS) == {"revin", "dish-ts", "san", "fan", "norin", "pamod"}
+    assert set(IDS) == {"revin", "revin-calendar", "dish-ts", "san", "fan", "norin", "pamod"}
     for method in SERIES_METHODS:
         assert method.layout == "series" and method.paper and method.summary
 

@@ -90,3 +90,57 @@ def test_refuses_a_norm_whose_layout_does_not_fit_the_site():
 def test_target_norm_is_required():
     with pytest.raises(TypeError):
         replace_norms(Toy())  # type: ignore[call-arg]
+
+
+def _slow_path(module, *args, **kwargs):
+    """The module's output with torch's fused transformer fast path switched off."""
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        return module(*args, **kwargs)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(before)
+
+
+@pytest.mark.parametrize("to", ["dyt", "rmsnorm", "hypersphere"])
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_readme_quick_start_runs_in_eval_and_train_mode(to, batch_first):
+    torch.manual_seed(0)
+    model = nn.TransformerEncoderLayer(64, 8, dropout=0.0, batch_first=batch_first)
+    replace_norms(model, to)  # the README's quick start, then eval (issue 24)
+    x = torch.randn(2, 16, 64)
+    with torch.no_grad():
+        train = model.train()(x)
+        model.eval()
+        y = model(x)
+        reference = _slow_path(model, x)
+    assert type(model.norm1).__name__ != "LayerNorm"
+    torch.testing.assert_close(y, reference)  # the new norms ran (the MHA kernel may differ)
+    torch.testing.assert_close(y, train)  # no dropout: train and eval agree
+
+
+def test_transformer_and_encoder_with_padding_mask_run_the_new_norms_in_eval():
+    torch.manual_seed(0)
+    t = nn.Transformer(32, 4, 2, 2, 64, dropout=0.0, batch_first=True)
+    replace_norms(t, "dyt")
+    assert t.encoder.use_nested_tensor is False
+    src, tgt = torch.randn(2, 10, 32), torch.randn(2, 7, 32)
+    pad = torch.zeros(2, 10, dtype=torch.bool)
+    pad[1, 8:] = True
+    with torch.no_grad():
+        y = t.eval()(src, tgt, src_key_padding_mask=pad)
+        torch.testing.assert_close(y, _slow_path(t, src, tgt, src_key_padding_mask=pad))
+        torch.testing.assert_close(y, t.train()(src, tgt, src_key_padding_mask=pad))
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 2)
+    replace_norms(encoder, "rmsnorm")
+    with torch.no_grad():
+        out = encoder.eval()(src, src_key_padding_mask=pad)
+        torch.testing.assert_close(out, _slow_path(encoder, src, src_key_padding_mask=pad))
+    assert not out.is_nested and torch.isfinite(out).all()
+
+
+def test_untouched_layers_keep_their_fast_path():
+    layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    replace_norms(layer, "dyt", match=lambda m: False)  # nothing matches: nothing changes
+    assert layer.activation_relu_or_gelu == 1

@@ -51,6 +51,18 @@ class MultiheadAttention(nn.Module):
             QK-norm) or "l2" (unit norm times ``s_qk``, as in nGPT).
         normalized: bias-free projections with unit-norm weight vectors along the model
             dimension (:class:`~normlab.layers.NormalizedLinear`), as in nGPT.
+
+    Examples:
+        >>> import torch
+        >>> attn = MultiheadAttention(16, 4, score="softmax1", causal=True, gated=True)
+        >>> y, p = attn(torch.randn(2, 5, 16), return_probs=True)
+        >>> y.shape, p.shape
+        (torch.Size([2, 5, 16]), torch.Size([2, 4, 5, 5]))
+        >>> bool((p.triu(1) == 0).all()), bool((p.sum(-1) < 1).all())  # causal, null mass
+        (True, True)
+        >>> gqa = MultiheadAttention(16, 4, kv_heads=2)  # grouped-query attention
+        >>> gqa.qkv.out_features  # 16 query channels, 2 x 4 for each of keys and values
+        32
     """
 
     def __init__(

@@ -32,6 +32,18 @@ class ScoreNorm(nn.Module):
         fn: a score-normalizing function from :mod:`normlab.functional`, e.g. ``softmax1``.
         dim: axis to normalize over (the keys).
         **kwargs: the function's hyperparameters, checked against its signature now.
+
+    Examples:
+        >>> import torch
+        >>> from normlab.functional import clipped_softmax, softmax1
+        >>> ScoreNorm(softmax1)(torch.zeros(1, 3))
+        tensor([[0.2500, 0.2500, 0.2500]])
+        >>> ScoreNorm(clipped_softmax, gamma=-0.1)
+        ScoreNorm(clipped_softmax, dim=-1, gamma=-0.1)
+        >>> ScoreNorm(softmax1, gamma=-0.1)
+        Traceback (most recent call last):
+        ...
+        TypeError: softmax1 does not take ['gamma']: ...
     """
 
     def __init__(self, fn: ScoreFn, *, dim: int = -1, **kwargs: Any) -> None:
@@ -55,6 +67,18 @@ def score_norm(score: str | ScoreFn | nn.Module, **kwargs: Any) -> nn.Module:
 
     Raises:
         ValueError: when ``score`` names a registered method that is not of kind "score".
+
+    Examples:
+        >>> import torch
+        >>> norm = score_norm("sparsemax")
+        >>> norm(torch.tensor([[1.0, 0.8, -1.0]]))
+        tensor([[0.6000, 0.4000, 0.0000]])
+        >>> score_norm(norm) is norm
+        True
+        >>> score_norm("rmsnorm")
+        Traceback (most recent call last):
+        ...
+        ValueError: 'rmsnorm' is a norm method, not an attention score normalizer; ...
     """
     if isinstance(score, nn.Module):
         return score

@@ -1,9 +1,12 @@
 """Claims: each seed paper's headline claim, measured at small scale, with a computed verdict.
 
-The engine lives here (:mod:`~normlab.claims.core`, runner, report); the claims themselves
-live in :mod:`normlab.claims.catalogue`, one module each, and register themselves when
-imported. :func:`all_claims` imports them all. :func:`run` is the main job as a function:
-it runs claims and writes the report, returning a :class:`Report`.
+The engine lives here: the records a claim declares (:mod:`~normlab.claims.core`), the
+verdict rule (:mod:`~normlab.claims.rule`), the fair-experiment protocol a claim's run uses
+(:mod:`~normlab.claims.protocol`: tuning, divergence), null calibration and robustness
+(:mod:`~normlab.claims.calibration`), the runner and the report. The claims themselves live
+in :mod:`normlab.claims.catalogue`, one module each, and register themselves when imported.
+:func:`all_claims` imports them all. :func:`run` is the main job as a function: it runs
+claims and writes the report, returning a :class:`Report`.
 """
 
 from normlab.claims.api import Report, run
@@ -15,15 +18,17 @@ from normlab.claims.core import (
     CheckOutcome,
     Claim,
     Effect,
-    EffectVerdict,
+    FreeSetting,
     Margin,
     Precondition,
+    Premise,
     all_claims,
+    difference,
     get_claim,
-    judge_claim,
     register_claim,
-    verdict,
 )
+from normlab.claims.protocol import Search, Tuned, diverged, tune, tune_arms
+from normlab.claims.rule import ClaimVerdict, EffectVerdict, judge_claim, verdict
 
 __all__ = [
     "DIRECTIONS",
@@ -32,15 +37,24 @@ __all__ = [
     "Check",
     "CheckOutcome",
     "Claim",
+    "ClaimVerdict",
     "Effect",
     "EffectVerdict",
+    "FreeSetting",
     "Margin",
     "Precondition",
+    "Premise",
     "Report",
+    "Search",
+    "Tuned",
     "all_claims",
+    "difference",
+    "diverged",
     "get_claim",
     "judge_claim",
     "register_claim",
     "run",
+    "tune",
+    "tune_arms",
     "verdict",
 ]

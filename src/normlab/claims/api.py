@@ -6,10 +6,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from normlab.claims.core import all_claims, get_claim
-from normlab.claims.runner import ClaimResult, ClaimRunner, TaskResult
+from normlab.claims.core import Claim, all_claims, get_claim
+from normlab.claims.results import ClaimResult
+from normlab.claims.runner import ClaimRunner
+from normlab.claims.tasks import TaskResult
 
-__all__ = ["Report", "run"]
+__all__ = ["Report", "resolve_claims", "run"]
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,7 @@ class Report:
     """What :func:`run` produced.
 
     Attributes:
-        results: one :class:`~normlab.claims.runner.ClaimResult` per claim run, whose
+        results: one :class:`~normlab.claims.results.ClaimResult` per claim run, whose
             ``verdict`` is the rule's :class:`~normlab.claims.core.ClaimVerdict`.
         scale: the scale.
         out: the report folder.
@@ -37,40 +39,92 @@ class Report:
         return {r.claim.id: r.label for r in self.results}
 
 
+def _canonical(claim_id: str) -> str:
+    return claim_id.strip().lower().replace("_", "-")
+
+
+def resolve_claims(ids: Sequence[str] | None) -> list[Claim]:
+    """The claims named by ``ids`` (every claim when None or empty), in order, once each.
+
+    Ids are matched like method names: case and ``_`` versus ``-`` do not matter
+    (``bn_geometry`` is ``bn-geometry``).
+
+    Raises:
+        KeyError: an unknown id (the message lists the valid ones).
+    """
+    if not ids:
+        return all_claims()
+    known = {_canonical(c.id): c.id for c in all_claims()}
+    return [get_claim(known.get(_canonical(i), i)) for i in dict.fromkeys(ids)]
+
+
 def run(
     ids: Sequence[str] | None = None,
     scale: str = "quick",
     *,
-    jobs: int | None = 1,
+    jobs: int | None = None,
     out: Path | str = "report",
     force: bool = False,
     backend: str = "local",
     address: str | None = None,
     on_result: Callable[[TaskResult], None] | None = None,
+    progress: bool = False,
+    robustness: bool | None = None,
 ) -> Report:
     """Run claims at ``scale`` (cached and resumable) and write the report to ``out``.
 
     Args:
-        ids: claim ids; None runs every registered claim. A subset is merged into an
-            existing ``out/results.json`` instead of replacing it.
+        ids: claim ids (``_`` or ``-`` alike); None runs every registered claim. A subset
+            is merged into an existing ``out/results.json`` instead of replacing it.
         scale: "smoke", "quick" or "full".
-        jobs: parallel tasks (None: one per core).
+        jobs: parallel tasks; None (the default, as ``normlab report --jobs auto``) runs
+            one per CPU core.
         out: the report folder (finished tasks are cached in ``out/tasks``).
         force: recompute cached tasks.
         backend: "local" (a process pool) or "ray".
-        address: the Ray cluster address.
-        on_result: called with each finished task (progress).
+        address: the Ray cluster address (only with ``backend="ray"``).
+        on_result: called with each finished task.
+        progress: show progress bars on stderr (a bar per claim and the time left).
+        robustness: also rerun each claim's seeds at its free settings' neighbours and mark
+            its verdict robust or fragile; None (the default) does so at full scale only.
 
     Raises:
         KeyError: an unknown claim id (the message lists the valid ones).
+        ValueError: an unknown scale or backend, ``jobs`` < 1, or ``address`` without
+            ``backend="ray"``.
         PermissionError: ``out`` cannot be written (before any work).
     """
+    from normlab.claims.core import SCALES
+    from normlab.claims.progress import ClaimProgress, expected_seconds
     from normlab.claims.report import write_report
 
-    claims = all_claims() if ids is None else [get_claim(i) for i in dict.fromkeys(ids)]
-    runner = ClaimRunner(
-        out, jobs=jobs, backend=backend, address=address, force=force, on_result=on_result
+    if scale not in SCALES:
+        raise ValueError(f"Unknown scale {scale!r}; expected one of {SCALES}.")
+    if address is not None and backend != "ray":
+        raise ValueError(
+            f"address={address!r} is a Ray cluster address; it needs backend='ray' "
+            "(--backend ray), or drop it to run locally."
+        )
+    claims = resolve_claims(ids)
+    if robustness is None:
+        robustness = scale == "full"
+    runner = ClaimRunner(out, jobs=jobs, backend=backend, address=address, force=force)
+    bars = ClaimProgress(
+        claims,
+        scale,
+        enabled=progress,
+        jobs=runner.jobs,
+        expected=expected_seconds(out, scale),
+        robustness=robustness,
     )
-    results = tuple(runner.run(claims, scale))
-    index = write_report(results, out, merge=ids is not None)
+
+    def report(result: TaskResult) -> None:
+        bars.update(result)
+        if on_result is not None:
+            on_result(result)
+
+    runner.on_result = report
+    with bars:
+        results = tuple(runner.run(claims, scale, robustness=robustness))
+    index = write_report(results, out, merge=bool(ids), runner=runner)
     return Report(results, scale, Path(out), index, index.parent / "results.json")

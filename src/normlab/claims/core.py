@@ -1,32 +1,38 @@
-"""Claims, their effects and the verdict rule, as a replication study would judge them.
+"""Claims and what they declare, as a replication study would state them (protocol v3).
 
 A :class:`Claim` restates one seed paper's headline claim so it can be measured at small
 scale. Its ``run(config, seed)`` trains/evaluates the method and its baselines and returns a
-*measurement*: a JSON-serialisable dict whose ``"table"`` maps method -> metric -> number
-(other keys hold curves for figures). A claim declares:
+*measurement*: a JSON-serialisable dict whose ``"table"`` maps arm -> metric -> number. Other
+keys the harness reads: ``"tuning"`` (arm -> :class:`~normlab.claims.protocol.Tuned` record,
+written by :func:`~normlab.claims.protocol.tune`) and ``"diverged"`` (arm -> ``{"step",
+"last"}``, a training run that diverged; see :func:`~normlab.claims.protocol.diverged`). Any
+other key holds curves for figures. A claim declares:
 
 - exactly one **primary** :class:`Effect` (the paper's headline, method against a named
-  baseline, in the metric's natural units); its verdict is the claim's verdict;
-- **secondary** effects, judged the same way and reported beside it, never changing it;
+  baseline, in natural units); its verdict is the claim's; **secondary** effects are judged
+  the same way and never change it. "Beats every baseline" is one effect whose ``parts``
+  are the pairwise comparisons (an intersection-union test, :mod:`normlab.claims.rule`);
+- at least one **premise** (:class:`Premise`): the phenomenon that must exist in the
+  baseline for the test to mean anything, judged by the same interval as an effect; a failed
+  one makes the effects it gates "untestable at this scale", and the report still shows
+  their values and what their verdicts would be;
 - **checks** (:class:`Check`): deterministic properties of normlab's own code, run once per
-  scale and "verified" or "failed"; a failed check makes the claim "error";
-- **preconditions** (:class:`Precondition`): measured conditions without which the effects
-  say nothing; a failed one makes them "untestable" at this scale.
+  scale; a failed check makes the claim "error";
+- how each arm is **tuned**: a ``"search"`` in every scale's config (see
+  :func:`~normlab.claims.protocol.searches`), or ``untuned``, one line saying why nothing is
+  tuned;
+- its **free settings** (:class:`FreeSetting`): what normlab chose rather than the paper, with
+  a neighbour on each side, rerun by ``normlab report --robustness``.
 
-The rule (:func:`verdict`): a two-sided 95% t-interval of the effect's per-seed values.
-"supported" when the interval lies entirely on the claimed side of the margin;
-"contradicted" when it lies entirely on the other side of zero (for non-inferiority: beyond
-the margin); else "inconclusive". Under a true zero effect each of "supported" and
-"contradicted" occurs at most 2.5% of the time (tests/claims/test_core.py simulates it).
+The verdict rule lives in :mod:`normlab.claims.rule`.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any, Literal
 
 __all__ = [
@@ -35,27 +41,22 @@ __all__ = [
     "VERDICTS",
     "Check",
     "CheckOutcome",
-    "CheckVerdict",
     "Claim",
-    "ClaimVerdict",
     "Effect",
-    "EffectVerdict",
+    "FreeSetting",
     "Margin",
     "Precondition",
-    "PreconditionVerdict",
+    "Premise",
     "all_claims",
+    "claimed_relation",
+    "difference",
     "get_claim",
-    "interval",
-    "judge_claim",
-    "judge_effect",
     "register_claim",
-    "verdict",
 ]
 
 Scale = Literal["smoke", "quick", "full"]
 #: smoke: seconds, proves the pipeline (tests); quick: the default report; full: paper-like.
 SCALES: tuple[str, ...] = ("smoke", "quick", "full")
-Verdict = Literal["supported", "contradicted", "inconclusive", "untestable", "error"]
 VERDICTS: tuple[str, ...] = ("supported", "contradicted", "inconclusive", "untestable", "error")
 Direction = Literal["greater", "less", "no_greater", "no_less"]
 #: What an effect claims of its value v with margin m >= 0:
@@ -63,10 +64,20 @@ Direction = Literal["greater", "less", "no_greater", "no_less"]
 #: ``less``: v < -m; ``no_greater``: v < m (non-inferiority where lower is better, e.g. a
 #: loss gap at most m); ``no_less``: v > -m (non-inferiority where higher is better).
 DIRECTIONS: tuple[str, ...] = ("greater", "less", "no_greater", "no_less")
-#: Confidence level of the interval.
-LEVEL = 0.95
+#: Units that mark an effect as a timing: its claim must be exclusive (runs alone).
+TIMING_UNITS: frozenset[str] = frozenset({"s", "ms", "us", "x", "% speed-up", "speed-up"})
 
 Measurement = dict[str, Any]
+
+
+def claimed_relation(direction: str, margin: float) -> str:
+    """A direction and margin in words, e.g. ``"> 0.01"`` or ``"< 0.03 (no worse than)"``."""
+    return {
+        "greater": f"> {margin:g}",
+        "less": f"< {-margin:g}",
+        "no_greater": f"< {margin:g} (no worse than)",
+        "no_less": f"> {-margin:g} (no worse than)",
+    }[direction]
 
 
 @dataclass(frozen=True)
@@ -97,12 +108,143 @@ class Effect:
         name: short identifier, e.g. ``"bpb_gap"``.
         description: what the value is, e.g. "OASIS minus AttnRes+Softmax1 max inf-norm".
         fn: measurement -> value, read from ``measurement["table"]`` only (so tests can
-            construct measurements); no threshold or margin inside.
+            construct measurements); no threshold or margin inside. Unused when ``parts``
+            is given.
         direction: one of :data:`DIRECTIONS`.
         margin: the :class:`Margin` the direction is judged against.
-        baseline: the named baseline the method is compared with ("" for a property of the
-            method alone, e.g. a fitted slope).
+        baseline: the named baseline arm ("" for a property of the method alone).
+        method: the arm the claim is about ("" for a property of no arm).
         unit: the value's unit for display ("bpb", "dB", "" for a ratio or a count).
+        parts: for "beats every baseline": one effect per baseline, judged as an
+            intersection-union test (supported iff supported against each; contradicted iff
+            contradicted against at least one at level alpha / k).
+        if_diverged: metric -> the value a diverged arm counts as (e.g. ``{"bpb": 8.0}``,
+            the uniform byte predictor); applied to every arm listed in the measurement's
+            ``"diverged"`` before ``fn`` reads the table.
+        exchangeable: groups of arms whose rows are exchangeable when the method does
+            nothing (the null calibration permutes rows within each group and seed);
+            default: ``((method, baseline),)`` when both are named, the union of the parts'
+            groups for an intersection-union effect.
+    """
+
+    name: str
+    description: str
+    fn: Callable[[Measurement], float] | None
+    direction: Direction
+    margin: Margin
+    baseline: str = ""
+    method: str = ""
+    unit: str = ""
+    parts: tuple[Effect, ...] = ()
+    if_diverged: Mapping[str, float] = field(default_factory=dict)
+    exchangeable: tuple[tuple[str, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.direction not in DIRECTIONS:
+            raise ValueError(
+                f"Effect {self.name!r}: direction {self.direction!r} is not one of {DIRECTIONS}."
+            )
+        if self.fn is None and not self.parts:
+            raise ValueError(f"Effect {self.name!r} needs fn or parts.")
+        for part in self.parts:
+            if part.direction != self.direction:
+                raise ValueError(
+                    f"Effect {self.name!r}: part {part.name!r} has direction "
+                    f"{part.direction!r}; every part must share {self.direction!r}."
+                )
+
+    @property
+    def claimed(self) -> str:
+        """The claimed relation in words, e.g. ``"> 0.01"``."""
+        return claimed_relation(self.direction, self.margin.value)
+
+    @property
+    def groups(self) -> tuple[tuple[str, ...], ...]:
+        """The exchangeable arm groups (see ``exchangeable``); empty when none is known."""
+        if self.exchangeable:
+            return self.exchangeable
+        if self.parts:
+            seen: list[tuple[str, ...]] = []
+            for part in self.parts:
+                seen += [g for g in part.groups if g not in seen]
+            return tuple(seen)
+        if self.method and self.baseline:
+            return ((self.method, self.baseline),)
+        return ()
+
+    @property
+    def is_timing(self) -> bool:
+        """Whether the value is a timing (its claim must be exclusive)."""
+        return self.unit in TIMING_UNITS or any(p.is_timing for p in self.parts)
+
+
+def _cell(measurement: Measurement, arm: str, metric: str) -> float:
+    try:
+        return float(measurement["table"][arm][metric])
+    except KeyError:
+        arms = sorted(measurement.get("table", {}))
+        raise KeyError(f"No {metric!r} for {arm!r} in the table (arms: {arms}).") from None
+    except TypeError:  # None: a value the claim could not compute
+        return math.nan
+
+
+def difference(
+    name: str,
+    description: str,
+    method: str,
+    baseline: str,
+    metric: str,
+    *,
+    direction: Direction,
+    margin: Margin,
+    unit: str = "",
+    log10: bool = False,
+    baseline_metric: str | None = None,
+    if_diverged: Mapping[str, float] | None = None,
+) -> Effect:
+    """The commonest effect: ``table[method][metric] - table[baseline][metric]``.
+
+    Args:
+        log10: compare ``log10`` of the two cells instead (a ratio on a log scale).
+        baseline_metric: read this metric of the baseline instead of ``metric``.
+    """
+    other = baseline_metric or metric
+
+    def fn(m: Measurement) -> float:
+        a, b = _cell(m, method, metric), _cell(m, baseline, other)
+        return math.log10(a) - math.log10(b) if log10 else a - b
+
+    return Effect(
+        name,
+        description,
+        fn,
+        direction=direction,
+        margin=margin,
+        baseline=baseline,
+        method=method,
+        unit=unit,
+        if_diverged=dict(if_diverged or {}),
+    )
+
+
+@dataclass(frozen=True)
+class Premise:
+    """The phenomenon that must exist in the baseline for the claim's test to mean anything.
+
+    Judged like an effect (:func:`normlab.claims.rule.verdict` on its per-seed values): it
+    holds when its interval lies on the holding side of its margin ("supported"). When it
+    does not hold, the effects it gates are "untestable at this scale" (their values and
+    would-be verdicts are still reported).
+
+    Attributes:
+        name: short identifier.
+        description: the phenomenon in words, e.g. "the baseline's max |x| grows past 20".
+        fn: measurement -> value, read from ``measurement["table"]``.
+        direction: one of :data:`DIRECTIONS`, as for an effect.
+        margin: the bound and its source.
+        unit: the value's unit.
+        gates: names of the effects it gates; empty means every effect.
+        if_diverged: as for :class:`Effect`.
     """
 
     name: str
@@ -110,25 +252,56 @@ class Effect:
     fn: Callable[[Measurement], float]
     direction: Direction
     margin: Margin
-    baseline: str = ""
     unit: str = ""
+    gates: tuple[str, ...] = ()
+    if_diverged: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:
             raise ValueError(
-                f"Effect {self.name!r}: direction {self.direction!r} is not one of {DIRECTIONS}."
+                f"Premise {self.name!r}: direction {self.direction!r} is not one of {DIRECTIONS}."
             )
 
     @property
     def claimed(self) -> str:
-        """The claimed relation in words, e.g. ``"> 0.01"``."""
-        m = self.margin.value
-        return {
-            "greater": f"> {m:g}",
-            "less": f"< {-m:g}",
-            "no_greater": f"< {m:g} (no worse than)",
-            "no_less": f"> {-m:g} (no worse than)",
-        }[self.direction]
+        """The relation that must hold, e.g. ``"> 10"``."""
+        return claimed_relation(self.direction, self.margin.value)
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """A measured condition the effects need (not the phenomenon itself: that is a
+    :class:`Premise`), stated as a bound: ``value >= threshold`` or ``value <= threshold``.
+
+    Judged by the same interval as a premise: it holds when the 95% interval of its
+    per-seed values lies entirely on the holding side of ``threshold`` (so 1, 1, 1, 1, 50
+    does not pass ">= 10"). A failed one makes the effects it gates "untestable".
+
+    Attributes:
+        name: short identifier.
+        description: the condition in words.
+        fn: measurement -> value, read from ``measurement["table"]``.
+        op: ``">="`` or ``"<="``.
+        threshold: the bound.
+        source: why this bound (the paper's number or normlab's choice).
+        gates: names of the effects it gates; empty means every effect.
+    """
+
+    name: str
+    description: str
+    fn: Callable[[Measurement], float]
+    op: Literal[">=", "<="]
+    threshold: float
+    source: str
+    gates: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.op not in (">=", "<="):
+            raise ValueError(f"Precondition {self.name!r}: op must be '>=' or '<='.")
+
+    @property
+    def claimed(self) -> str:
+        return f"{self.op} {self.threshold:g}"
 
 
 @dataclass(frozen=True)
@@ -150,6 +323,8 @@ class CheckOutcome:
 class Check:
     """A deterministic property of normlab's own code, verified once per scale.
 
+    A check that would find the paper wrong is a contradicted effect, never a check.
+
     Attributes:
         name: short identifier.
         description: the property and its tolerance.
@@ -162,39 +337,23 @@ class Check:
 
 
 @dataclass(frozen=True)
-class Precondition:
-    """A measured condition without which the claim's effects say nothing.
+class FreeSetting:
+    """A setting normlab chose (not the paper), with one neighbour on each side.
 
-    Judged on the mean over seeds of ``fn``: it holds when ``mean >= threshold`` (``op=">="``)
-    or ``mean <= threshold`` (``op="<="``). When it fails, the effects it gates are
-    "untestable at this scale".
+    ``normlab report --robustness`` reruns the primary effect with ``config[key]`` set to
+    each neighbour (same seeds) and marks the verdict robust or fragile.
 
     Attributes:
-        name: short identifier.
-        description: the condition in words, e.g. "the baseline's average kurtosis".
-        fn: measurement -> value, read from ``measurement["table"]``.
-        op: ``">="`` or ``"<="``.
-        threshold: the bound.
-        source: why this bound (the paper's number or normlab's choice).
-        gates: names of the effects it gates; empty means every effect.
+        key: the config key.
+        low: the neighbour below the chosen value.
+        high: the neighbour above it.
+        reason: why normlab chose the value it did.
     """
 
-    name: str
-    description: str
-    fn: Callable[[Measurement], float]
-    op: Literal[">=", "<="]
-    threshold: float
-    source: str
-    gates: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.op not in (">=", "<="):
-            raise ValueError(f"Precondition {self.name!r}: op must be '>=' or '<='.")
-
-    def holds(self, value: float) -> bool:
-        if not math.isfinite(value):
-            return False
-        return value >= self.threshold if self.op == ">=" else value <= self.threshold
+    key: str
+    low: Any
+    high: Any
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -207,11 +366,16 @@ class Claim:
         hypothesis: the claim in one sentence.
         primary: the headline effect; its verdict is the claim's.
         headline: the paper's own headline number, shown beside the primary effect.
-        configs: per-scale settings; each must hold ``"seeds"`` (how many).
+        configs: per-scale settings; each must hold ``"seeds"`` (how many) and, unless
+            ``untuned`` says why not, a ``"search"`` (each arm's search space; the
+            catalogue's tests require one or the other).
         run: ``run(config, seed) -> measurement``.
+        premises: at least one :class:`Premise` (the catalogue's tests require it).
+        preconditions: measured conditions the effects need.
         secondary: further effects, reported with their own verdicts.
         checks: implementation checks, run once per scale.
-        preconditions: measured conditions the effects need.
+        free_settings: the settings normlab chose, for the robustness rerun.
+        untuned: one line saying why nothing is tuned ("" when the configs hold a search).
         setup: the experiment in a sentence or two.
         scale_note: what quick scale leaves out (variants run only at full scale), or "".
         figure: ``figure(measurements) -> matplotlib Figure`` over all seeds, or None.
@@ -228,9 +392,12 @@ class Claim:
     headline: str
     configs: Mapping[str, Mapping[str, Any]]
     run: Callable[[Mapping[str, Any], int], Measurement]
+    premises: tuple[Premise, ...] = ()
+    preconditions: tuple[Precondition, ...] = ()
     secondary: tuple[Effect, ...] = ()
     checks: tuple[Check, ...] = ()
-    preconditions: tuple[Precondition, ...] = ()
+    free_settings: tuple[FreeSetting, ...] = ()
+    untuned: str = ""
     setup: str = ""
     scale_note: str = ""
     figure: Callable[[Sequence[Measurement]], Any] | None = None
@@ -239,6 +406,10 @@ class Claim:
     version: int = 1
 
     def __post_init__(self) -> None:
+        if not _ID.fullmatch(self.id):
+            raise ValueError(
+                f"Claim id {self.id!r}: use lowercase letters, digits and '-' (e.g. 'dyt-regime')."
+            )
         missing = [s for s in SCALES if s not in self.configs]
         if missing:
             raise ValueError(f"Claim {self.id!r} has no config for scale(s) {missing}.")
@@ -248,13 +419,23 @@ class Claim:
         names = [e.name for e in self.effects]
         if len(set(names)) != len(names):
             raise ValueError(f"Claim {self.id!r}: effect names repeat: {names}.")
-        for pre in self.preconditions:
+        for pre in (*self.premises, *self.preconditions):
             unknown = set(pre.gates) - set(names)
             if unknown:
                 raise ValueError(
-                    f"Claim {self.id!r}: precondition {pre.name!r} gates unknown effects "
+                    f"Claim {self.id!r}: premise {pre.name!r} gates unknown effects "
                     f"{sorted(unknown)}; effects are {names}."
                 )
+        timing = [e.name for e in self.effects if e.is_timing]
+        if timing and not self.exclusive:
+            raise ValueError(
+                f"Claim {self.id!r}: effects {timing} are timings; set exclusive=True so its "
+                "tasks run alone."
+            )
+        keys = [s.key for s in self.free_settings]
+        absent = [k for k in keys if any(k not in c for c in self.configs.values())]
+        if absent:
+            raise ValueError(f"Claim {self.id!r}: free settings {absent} are not config keys.")
         if self.figure is not None and not self.caption:
             raise ValueError(f"Claim {self.id!r}: a figure needs a caption.")
 
@@ -274,265 +455,7 @@ class Claim:
         return list(range(int(self.config(scale)["seeds"])))
 
 
-@cache
-def _t_quantile(df: int) -> float:
-    from scipy import stats
-
-    return float(stats.t.ppf(0.5 + LEVEL / 2, df))
-
-
-def interval(values: Sequence[float]) -> tuple[float, float, float, float]:
-    """``(mean, se, low, high)``: the mean and its two-sided 95% t-interval.
-
-    One value gives an infinite interval (nothing can be concluded from one seed).
-    """
-    vals = [float(v) for v in values]
-    n = len(vals)
-    if n == 0:
-        return math.nan, math.nan, -math.inf, math.inf
-    mean = statistics.fmean(vals)
-    if n == 1:
-        return mean, math.inf, -math.inf, math.inf
-    se = statistics.stdev(vals) / math.sqrt(n)
-    half = _t_quantile(n - 1) * se
-    return mean, se, mean - half, mean + half
-
-
-def verdict(values: Sequence[float], direction: str, margin: float) -> tuple[str, str]:
-    """The verdict on one effect from its per-seed values, by the t-interval rule.
-
-    Returns:
-        ``(label, reason)``; the label is "supported", "contradicted" or "inconclusive".
-    """
-    vals = [float(v) for v in values]
-    if any(not math.isfinite(v) for v in vals):
-        return "inconclusive", "a seed gave a non-finite value"
-    if len(vals) < 2:
-        return "inconclusive", f"{len(vals)} seed(s): a t-interval needs at least 2"
-    _, _, lo, hi = interval(vals)
-    span = f"95% interval [{lo:.3g}, {hi:.3g}]"
-    m = float(margin)
-    if direction == "greater":
-        supported, contradicted = lo > m, hi < 0
-        sides = (f"above {m:g}", "below 0")
-    elif direction == "less":
-        supported, contradicted = hi < -m, lo > 0
-        sides = (f"below {-m:g}", "above 0")
-    elif direction == "no_greater":
-        supported, contradicted = hi < m, lo > m
-        sides = (f"below the margin {m:g}", f"above the margin {m:g}")
-    elif direction == "no_less":
-        supported, contradicted = lo > -m, hi < -m
-        sides = (f"above the margin {-m:g}", f"below the margin {-m:g}")
-    else:
-        raise ValueError(f"Unknown direction {direction!r}; expected one of {DIRECTIONS}.")
-    if supported:
-        return "supported", f"{span} lies {sides[0]}"
-    if contradicted:
-        return "contradicted", f"{span} lies {sides[1]}"
-    return "inconclusive", f"{span} crosses the decision bounds"
-
-
-@dataclass(frozen=True)
-class EffectVerdict:
-    """The verdict on one effect over seeds, with the rule's inputs.
-
-    Attributes:
-        name: the effect's name.
-        description: what the value is.
-        role: "primary" or "secondary".
-        values: the per-seed values.
-        mean: their mean.
-        se: standard error of the mean.
-        low: lower end of the 95% t-interval.
-        high: upper end.
-        direction: the claimed direction.
-        margin: the margin's value.
-        margin_source: where the margin comes from.
-        baseline: the named baseline.
-        unit: the value's unit.
-        verdict: the computed label.
-        reason: which test decided it.
-        degenerate: every seed gave the same value (the interval is a point).
-    """
-
-    name: str
-    description: str
-    role: str
-    values: tuple[float, ...]
-    mean: float
-    se: float
-    low: float
-    high: float
-    direction: str
-    margin: float
-    margin_source: str
-    baseline: str
-    unit: str
-    verdict: str
-    reason: str
-    degenerate: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        out["values"] = list(self.values)
-        return out
-
-
-@dataclass(frozen=True)
-class CheckVerdict:
-    """A check's outcome: "verified" or "failed", with the measured value."""
-
-    name: str
-    description: str
-    status: str
-    value: float
-    detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class PreconditionVerdict:
-    """A precondition's outcome over seeds: the mean value and whether it held."""
-
-    name: str
-    description: str
-    op: str
-    threshold: float
-    source: str
-    value: float
-    held: bool
-    gates: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        out["gates"] = list(self.gates)
-        return out
-
-
-@dataclass(frozen=True)
-class ClaimVerdict:
-    """Everything the rule decided about one claim at one scale."""
-
-    verdict: str
-    reason: str
-    effects: tuple[EffectVerdict, ...]
-    checks: tuple[CheckVerdict, ...]
-    preconditions: tuple[PreconditionVerdict, ...]
-
-    @property
-    def primary(self) -> EffectVerdict | None:
-        return self.effects[0] if self.effects else None
-
-
-def _values(fn: Callable[[Measurement], float], measurements: Sequence[Measurement]):
-    out = []
-    for m in measurements:
-        try:
-            out.append(float(fn(m)))
-        except (ArithmeticError, ValueError):
-            out.append(math.nan)
-    return tuple(out)
-
-
-def judge_effect(
-    effect: Effect, measurements: Sequence[Measurement], role: str = "primary"
-) -> EffectVerdict:
-    """Evaluate ``effect`` on each seed's measurement and apply :func:`verdict`."""
-    values = _values(effect.fn, measurements)
-    finite = [v for v in values if math.isfinite(v)]
-    mean, se, lo, hi = interval(finite)
-    label, reason = verdict(values, effect.direction, effect.margin.value)
-    degenerate = len(finite) > 1 and len(set(finite)) == 1
-    if degenerate:
-        reason += "; degenerate: every seed gave the same value"
-    return EffectVerdict(
-        name=effect.name,
-        description=effect.description,
-        role=role,
-        values=values,
-        mean=mean,
-        se=se,
-        low=lo,
-        high=hi,
-        direction=effect.direction,
-        margin=effect.margin.value,
-        margin_source=effect.margin.source,
-        baseline=effect.baseline,
-        unit=effect.unit,
-        verdict=label,
-        reason=reason,
-        degenerate=degenerate,
-    )
-
-
-def judge_claim(
-    claim: Claim,
-    measurements: Sequence[Measurement],
-    check_outcomes: Mapping[str, CheckOutcome] | None = None,
-    failed_tasks: int = 0,
-) -> ClaimVerdict:
-    """The claim's verdict: its primary effect's, unless a check failed or a task failed
-    ("error") or a precondition gating the primary failed ("untestable")."""
-    outcomes = dict(check_outcomes or {})
-    checks = tuple(
-        CheckVerdict(
-            c.name,
-            c.description,
-            "verified" if outcomes[c.name].passed else "failed",
-            float(outcomes[c.name].value),
-            outcomes[c.name].detail,
-        )
-        if c.name in outcomes
-        else CheckVerdict(c.name, c.description, "failed", math.nan, "the check did not run")
-        for c in claim.checks
-    )
-    pres = []
-    for p in claim.preconditions:
-        vals = [v for v in _values(p.fn, measurements) if math.isfinite(v)]
-        value = statistics.fmean(vals) if vals else math.nan
-        pres.append(
-            PreconditionVerdict(
-                p.name,
-                p.description,
-                p.op,
-                p.threshold,
-                p.source,
-                value,
-                p.holds(value),
-                p.gates or tuple(e.name for e in claim.effects),
-            )
-        )
-    untestable = {g for p in pres if not p.held for g in p.gates}
-    effects = []
-    for role, effect in [("primary", claim.primary)] + [("secondary", e) for e in claim.secondary]:
-        ev = judge_effect(effect, measurements, role)
-        if effect.name in untestable:
-            failed = [p for p in pres if not p.held and effect.name in p.gates]
-            why = "; ".join(
-                f"{p.description} {p.value:.3g}, needs {p.op} {p.threshold:g}" for p in failed
-            )
-            ev = EffectVerdict(
-                **{
-                    **ev.__dict__,
-                    "verdict": "untestable",
-                    "reason": f"untestable at this scale: {why}",
-                }
-            )
-        effects.append(ev)
-    failed_checks = [c.name for c in checks if c.status == "failed"]
-    primary = effects[0]
-    if failed_tasks:
-        label, reason = "error", f"{failed_tasks} task(s) failed"
-    elif failed_checks:
-        label, reason = "error", f"implementation check(s) failed: {', '.join(failed_checks)}"
-    elif not measurements:
-        label, reason = "error", "no seed produced a measurement"
-    else:
-        label, reason = primary.verdict, primary.reason
-    return ClaimVerdict(label, reason, tuple(effects), checks, tuple(pres))
+_ID = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 
 
 @dataclass
@@ -574,10 +497,12 @@ def all_claims() -> list[Claim]:
 
 
 def get_claim(claim_id: str) -> Claim:
-    """The claim with ``claim_id``; an unknown id raises with the list of valid ones."""
+    """The claim with ``claim_id`` ("_" and case are accepted for "-" and lowercase, as for
+    method names); an unknown id raises with the list of valid ones."""
     _load()
+    key = claim_id.strip().lower().replace("_", "-")
     try:
-        return _CATALOGUE.claims[claim_id]
+        return _CATALOGUE.claims[key]
     except KeyError:
         valid = ", ".join(sorted(_CATALOGUE.claims))
         raise KeyError(f"Unknown claim {claim_id!r}. Valid ids: {valid}.") from None

@@ -1,25 +1,43 @@
-"""Progress display for a report run and the summary table printed at its end."""
+"""Progress display for a report run and the summary table printed at its end.
+
+The estimate of the time left comes from the tasks' own expected times, not from rich's
+30-second speed window (which shows ``-:--:--`` whenever no task finished in the last 30 s):
+a task's expected time is its time in the folder's previous ``results.json`` (cached tasks
+keep their original time), else the mean time of its claim's finished tasks, else of every
+finished task. Known times are scaled by how much slower (or faster) this run's tasks are
+than their previous times; the work left is divided by the run's throughput (seconds of
+task time done per second of wall time). Both are smoothed over the whole run from a prior
+(no slow-down, one busy worker per job, worth :data:`PRIOR_SECONDS`), and the estimate
+counts down between two results.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 from rich.table import Column, Table
+from rich.text import Text
 
 from normlab.claims.core import Claim
-from normlab.claims.runner import ClaimResult, TaskResult
+from normlab.claims.results import ClaimResult
+from normlab.claims.tasks import TaskResult
 
-__all__ = ["ClaimProgress", "summary_table"]
+__all__ = ["ClaimProgress", "Estimate", "expected_seconds", "summary_table", "task_id"]
 
 _STYLE = {
     "supported": "green",
@@ -28,21 +46,168 @@ _STYLE = {
     "untestable": "magenta",
     "error": "bright_black",
 }
+#: Wall seconds of the throughput prior (one busy worker per job) in the smoothing.
+PRIOR_SECONDS = 30.0
+
+TaskId = tuple[str, int | str | None]
 
 
-def _tasks(claim: Claim, scale: str) -> int:
-    return len(claim.seeds(scale)) + (1 if claim.checks else 0)
+def _neighbour(key: str, value: object, seed: int | None) -> str:
+    return f"{key}={value!r}/seed{seed}"
+
+
+def task_id(result: TaskResult) -> TaskId:
+    """A finished task's id: (claim, seed), or (claim, "key=value/seedN") for a
+    robustness rerun."""
+    if not result.override:
+        return result.claim_id, result.seed
+    ((key, value),) = result.override.items()
+    return result.claim_id, _neighbour(key, value, result.seed)
+
+
+def _task_ids(claim: Claim, scale: str, robustness: bool = False) -> list[TaskId]:
+    ids: list[TaskId] = [(claim.id, s) for s in claim.seeds(scale)]
+    ids += [(claim.id, None)] if claim.checks else []
+    if robustness:
+        ids += [
+            (claim.id, _neighbour(f.key, v, s))
+            for f in claim.free_settings
+            for v in (f.low, f.high)
+            for s in claim.seeds(scale)
+        ]
+    return ids
+
+
+def expected_seconds(out: Path | str, scale: str) -> dict[TaskId, float]:
+    """Each task's time in ``out/results.json`` at ``scale``, by (claim id, seed or None)."""
+    path = Path(out) / "results.json"
+    try:
+        data = json.loads(path.read_text())
+        found = {}
+        for c in data.get("claims", []):
+            if c.get("scale") != scale:
+                continue
+            for t in c.get("tasks", []):
+                seconds = t.get("seconds")
+                if isinstance(seconds, int | float) and t.get("status") == "ok":
+                    found[(c["id"], t.get("seed"))] = float(seconds)
+        return found
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+class Estimate:
+    """The time left of a run from its tasks' expected times.
+
+    Args:
+        tasks: every task of the run, by (claim id, seed or None for the checks).
+        jobs: tasks run at once.
+        expected: known expected seconds of some tasks (:func:`expected_seconds`).
+        clock: the wall clock (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[TaskId],
+        *,
+        jobs: int = 1,
+        expected: Mapping[TaskId, float] | None = None,
+        clock: Any = time.monotonic,
+    ) -> None:
+        self.left = set(tasks)
+        self.jobs = max(1, jobs)
+        self.expected = dict(expected or {})
+        self.clock = clock
+        self.start = clock()
+        self.work_done = 0.0  # task seconds computed in this run (cached tasks excluded)
+        self.observed: dict[str, list[float]] = {}
+        self._actual = 0.0  # time of the finished tasks that had a known time
+        self._known = 0.0  # their known times
+        self._eta: float | None = self._compute()
+        self._at = self.start
+
+    def finished(self, task: TaskId, seconds: float, *, cached: bool) -> None:
+        """Count one finished task; ``seconds`` is its task time."""
+        self.left.discard(task)
+        self.observed.setdefault(task[0], []).append(seconds)
+        if not cached:
+            self.work_done += seconds
+            if task in self.expected:
+                self._actual += seconds
+                self._known += self.expected[task]
+        self._eta, self._at = self._compute(), self.clock()
+
+    def _guess(self, task: TaskId) -> float | None:
+        if task in self.expected:
+            slowdown = (self._actual + PRIOR_SECONDS) / (self._known + PRIOR_SECONDS)
+            return self.expected[task] * slowdown
+        own = self.observed.get(task[0])
+        if own:
+            return sum(own) / len(own)
+        every = [s for values in self.observed.values() for s in values]
+        known = list(self.expected.values()) + every
+        return sum(known) / len(known) if known else None
+
+    def _compute(self) -> float | None:
+        if not self.left:
+            return 0.0
+        guesses = [self._guess(t) for t in self.left]
+        if any(g is None for g in guesses):
+            return None
+        elapsed = self.clock() - self.start
+        busy = min(self.jobs, len(self.left))
+        throughput = (self.work_done + busy * PRIOR_SECONDS) / (elapsed + PRIOR_SECONDS)
+        return math.fsum(guesses) / max(throughput, 1e-9)  # type: ignore[arg-type]
+
+    def seconds_left(self) -> float | None:
+        """The estimate now (counting down since the last result), or None when nothing is
+        known yet (no previous run and no finished task)."""
+        if self._eta is None:
+            return None
+        return max(0.0, self._eta - (self.clock() - self._at))
+
+
+class _EtaColumn(ProgressColumn):
+    """``ETA 0:01:23`` from the task's :class:`Estimate` (field ``estimate``)."""
+
+    def render(self, task: Any) -> Text:
+        estimate = task.fields.get("estimate")
+        if estimate is None:
+            return Text("")
+        left = estimate.seconds_left()
+        if left is None:
+            return Text("ETA estimating", style="progress.remaining")
+        minutes, secs = divmod(round(left), 60)
+        hours, minutes = divmod(minutes, 60)
+        return Text(f"ETA {hours}:{minutes:02d}:{secs:02d}", style="progress.remaining")
 
 
 class ClaimProgress:
     """A bar per claim (tasks done of tasks to run) plus one for the whole run, with the
-    elapsed time and an estimate of the time left; cached tasks are counted as "cached".
+    elapsed time and the estimate of the time left (:class:`Estimate`); cached tasks are
+    counted as "cached".
 
     Use as a context manager and pass :meth:`update` as the runner's ``on_result``.
+
+    Args:
+        claims: the claims of the run.
+        scale: their scale.
+        console: where to draw (default: stderr).
+        enabled: draw at all.
+        jobs: tasks run at once.
+        expected: known expected task times (:func:`expected_seconds`).
     """
 
     def __init__(
-        self, claims: Sequence[Claim], scale: str, *, console: Console, enabled: bool = True
+        self,
+        claims: Sequence[Claim],
+        scale: str,
+        *,
+        console: Console | None = None,
+        enabled: bool = True,
+        jobs: int = 1,
+        expected: Mapping[TaskId, float] | None = None,
+        robustness: bool = False,
     ) -> None:
         self.enabled = enabled
         self.progress = Progress(
@@ -51,22 +216,38 @@ class ClaimProgress:
             MofNCompleteColumn(),
             TextColumn("{task.fields[status]}"),
             TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
+            _EtaColumn(),
+            console=console or Console(stderr=True),
             disable=not enabled,
         )
-        total = sum(_tasks(c, scale) for c in claims)
-        self.overall = self.progress.add_task(f"all ({scale})", total=total, status="")
+        tasks = [t for c in claims for t in _task_ids(c, scale, robustness)]
+        self.estimate = Estimate(tasks, jobs=jobs, expected=expected)
+        self.overall = self.progress.add_task(
+            f"all ({scale})", total=len(tasks), status="", estimate=self.estimate
+        )
         self.rows = {
-            c.id: self.progress.add_task(c.id, total=_tasks(c, scale), status="") for c in claims
+            c.id: self.progress.add_task(
+                c.id, total=len(_task_ids(c, scale, robustness)), status=""
+            )
+            for c in claims
         }
         self.errors: dict[str, int] = dict.fromkeys(self.rows, 0)
         self.cached: dict[str, int] = dict.fromkeys(self.rows, 0)
 
+    @property
+    def done(self) -> int:
+        """Tasks finished so far (cached ones included)."""
+        return int(self.progress.tasks[self.overall].completed)
+
+    @property
+    def total(self) -> int:
+        """Tasks of the run."""
+        return int(self.progress.tasks[self.overall].total or 0)
+
     def update(self, result: TaskResult) -> None:
         """Count one finished (or cached) task."""
         claim_id = result.claim_id
+        self.estimate.finished(task_id(result), result.seconds, cached=result.cached)
         if result.status != "ok":
             self.errors[claim_id] += 1
         if result.cached:
@@ -96,8 +277,9 @@ class ClaimProgress:
 
 
 def summary_table(results: Sequence[ClaimResult]) -> Table:
-    """A table of claim, verdict, primary effect with its 95% interval, and wall time."""
-    from normlab.claims.report import claim_record, key_number
+    """A table of claim, verdict, primary effect with its 95% interval, and task time."""
+    from normlab.claims._format import key_number
+    from normlab.claims.report import claim_record
     from normlab.claims.schema import decode
 
     # The claim id and the numbers never wrap; the paper's number (often a sentence) is
@@ -106,7 +288,7 @@ def summary_table(results: Sequence[ClaimResult]) -> Table:
         Column("claim", no_wrap=True),
         Column("verdict", no_wrap=True),
         Column("primary effect [95% interval]", ratio=1),
-        Column("wall time", no_wrap=True, justify="right"),
+        Column("task time", no_wrap=True, justify="right"),
         title="normlab report",
     )
     for r in results:

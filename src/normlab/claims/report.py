@@ -1,27 +1,44 @@
 """The report's records: ``results.json`` (every number, structured) and one why-line a claim.
 
-:func:`write_report` writes ``OUT/results.json`` (format: :mod:`normlab.claims.schema`),
-``OUT/figures/<id>.png`` and a self-contained ``OUT/index.html`` rendered from the JSON
-records (:mod:`normlab.claims.report_html`). With ``merge=True`` (``normlab report
---only``) the claims already in ``OUT/results.json`` that were not rerun are kept, and the
-page is regenerated from the merged records, so a partial run never replaces a full report.
+`write_report` writes ``OUT/results.json`` (format: `normlab.claims.schema`),
+``OUT/figures/<id>.png``, a short ``OUT/index.html`` (the summary table) and one page per
+claim, ``OUT/claims/<id>.html``, rendered from the JSON records
+(`normlab.claims.report_html`). With ``merge=True`` (``normlab report --only``) the claims
+already in ``OUT/results.json`` that were not rerun are kept, and the pages are regenerated
+from the merged records, so a partial run never replaces a full report. The
+read-merge-write holds an exclusive lock (``OUT/.results.lock``, ``fcntl``), so two
+``--only`` runs that finish together both land.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import math
 import os
 import platform
 import subprocess
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from normlab._io import atomic_write_bytes, atomic_write_json
-from normlab.claims.runner import ClaimResult
+from normlab._io import atomic_write_bytes, atomic_write_json, file_lock
+from normlab.claims._format import (
+    claimed,
+    failed_premises,
+    fmt_interval,
+    fmt_se,
+    fmt_value,
+    key_number,
+    premise_phrase,
+    primary_effect,
+    with_unit,
+)
+from normlab.claims.report_html import FigureRef, claim_figure, render_claim, render_index
+from normlab.claims.results import ClaimResult
+from normlab.claims.runner import ClaimRunner
 from normlab.claims.schema import SCHEMA_VERSION, decode, encode
 
 __all__ = [
@@ -38,46 +55,7 @@ __all__ = [
     "write_report",
 ]
 
-
-def _is_int(x: float) -> bool:
-    return math.isfinite(x) and x == round(x) and abs(x) < 1e15
-
-
-def fmt_value(x: float | None, *, signed: bool = False, digits: int = 3) -> str:
-    """A number for display: integers as integers, else ``digits`` significant figures."""
-    if x is None:
-        return "n/a"
-    x = float(x)
-    if not math.isfinite(x):
-        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    sign = "+" if signed else ""
-    if _is_int(x):
-        return f"{round(x):{sign}d}"
-    return f"{x:{sign}.{digits}g}"
-
-
-def fmt_se(se: float) -> str:
-    """A standard error to 2 significant figures."""
-    return fmt_value(se, digits=2)
-
-
-def fmt_interval(low: float, high: float) -> str:
-    """``[low, high]`` to 2 significant figures (integers as integers)."""
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return "no interval"
-    return f"[{fmt_value(low, digits=2)}, {fmt_value(high, digits=2)}]"
-
-
-def claimed(direction: str, margin: float) -> str:
-    """The claimed relation in words, e.g. ``"> 0.01"``."""
-    m = fmt_value(margin)
-    neg = fmt_value(-margin)
-    return {
-        "greater": f"> {m}",
-        "less": f"< {neg}",
-        "no_greater": f"< {m} (no worse than)",
-        "no_less": f"> {neg} (no worse than)",
-    }[direction]
+_LOG = logging.getLogger(__name__)
 
 
 def _on_claimed_side(values: Sequence[float], direction: str, margin: float) -> int:
@@ -91,13 +69,12 @@ def _on_claimed_side(values: Sequence[float], direction: str, margin: float) -> 
 
 
 def _effect_phrase(e: Mapping[str, Any]) -> str:
-    unit = f" {e['unit']}" if e["unit"] else ""
     values = [v for v in e["values"] if math.isfinite(v)]
     n = len(e["values"])
-    value = f"{fmt_value(e['mean'], signed=True)}{unit}"
+    value = with_unit(fmt_value(e["mean"], signed=True), e.get("unit"))
     if n < 2:
         return f"{e['description']} was {value} in {n} seed (no interval from one seed)"
-    relation = claimed(e["direction"], e["margin"])
+    relation = claimed(e["direction"], e["margin"], e.get("unit", ""))
     side = f"{e['on_claimed_side']} of {n} seeds on the claimed side, {relation}"
     span = fmt_interval(e["low"], e["high"])
     text = f"{e['description']} was {value} {span} over {n} seeds ({side})"
@@ -116,13 +93,13 @@ _BECAUSE = {
 def why_line(record: Mapping[str, Any]) -> str:
     """One plain sentence saying why a claim's verdict is what it is.
 
-    ``record`` is a decoded claim record (:func:`claim_record` then
-    :func:`~normlab.claims.schema.decode`).
+    ``record`` is a decoded claim record (`claim_record` then `normlab.claims.schema.decode`).
+    For an untestable claim it names the failed premise with its measured interval.
     """
     verdict, reason = record["verdict"], record["reason"]
-    primary = next((e for e in record["effects"] if e["role"] == "primary"), None)
+    primary = primary_effect(record)
     if verdict == "error":
-        failed = [c["name"] for c in record["checks"] if c["status"] == "failed"]
+        failed = [c["name"] for c in record.get("checks", []) if c["status"] == "failed"]
         if "task(s) failed" in reason:
             return f"Error: {reason} (tracebacks below), so there is no verdict."
         if failed:
@@ -134,12 +111,7 @@ def why_line(record: Mapping[str, Any]) -> str:
     if primary is None:
         return f"{verdict.capitalize()}: {reason}."
     if verdict == "untestable":
-        missing = [
-            f"{p['description']} was {fmt_value(p['value'])} but needs {p['op']} "
-            f"{fmt_value(p['threshold'])}"
-            for p in record["preconditions"]
-            if not p["held"] and primary["name"] in p["gates"]
-        ]
+        missing = [premise_phrase(p) for p in failed_premises(record)]
         return (
             f"Untestable at this scale: {'; '.join(missing) or reason}, so "
             f"{primary['name']} says nothing here."
@@ -150,25 +122,39 @@ def why_line(record: Mapping[str, Any]) -> str:
     return f"{verdict.capitalize()}: {_effect_phrase(primary)}; {because}."
 
 
-def key_number(record: Mapping[str, Any]) -> str:
-    """The primary effect with its interval, e.g. ``"+0.12 bpb [0.05, 0.19]"``."""
-    primary = next((e for e in record["effects"] if e["role"] == "primary"), None)
-    if primary is None or not primary["values"]:
-        return ""
-    unit = f" {primary['unit']}" if primary["unit"] else ""
-    span = fmt_interval(primary["low"], primary["high"])
-    return f"{fmt_value(primary['mean'], signed=True)}{unit} {span}"
+def _plain(value: Any) -> Any:
+    """A verdict part (dataclass, tuple, mapping) as JSON-ready data."""
+    if hasattr(value, "to_dict"):
+        return _plain(value.to_dict())
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: _plain(getattr(value, k)) for k in value.__dataclass_fields__}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _effect_record(e: Any) -> dict[str, Any]:
+    d = _plain(e)
+    d["on_claimed_side"] = _on_claimed_side(e.values, e.direction, e.margin)
+    parts = getattr(e, "parts", None)
+    if parts:
+        d["parts"] = [_effect_record(p) for p in parts]
+    elif "parts" in d:
+        del d["parts"]  # empty: an effect with no parts has none to show
+    if d.get("would_be") is None:
+        d.pop("would_be", None)
+    return d
+
+
+#: Protocol v3 parts of a verdict, written to the record when the verdict has them.
+_OPTIONAL = ("premises", "divergences", "tuning", "null", "robustness")
 
 
 def claim_record(result: ClaimResult) -> dict[str, Any]:
-    """One claim's entry of ``results.json`` (numbers encoded by
-    :func:`~normlab.claims.schema.encode`)."""
+    """One claim's entry of ``results.json`` (numbers encoded by `schema.encode`)."""
     c, v = result.claim, result.verdict
-    effects = []
-    for e in v.effects:
-        d = e.to_dict()
-        d["on_claimed_side"] = _on_claimed_side(e.values, e.direction, e.margin)
-        effects.append(d)
     tasks = [
         {
             "kind": "checks" if t.is_checks else "seed",
@@ -179,10 +165,12 @@ def claim_record(result: ClaimResult) -> dict[str, Any]:
             "cached": t.cached,
             "measurement": t.measurement,
             "error": t.error,
+            "threads": t.threads,
+            "override": t.override,
         }
         for t in result.all_tasks
     ]
-    record = {
+    record: dict[str, Any] = {
         "id": c.id,
         "paper": c.paper,
         "hypothesis": c.hypothesis,
@@ -197,11 +185,16 @@ def claim_record(result: ClaimResult) -> dict[str, Any]:
         "why": "",
         "seconds": result.seconds,
         "primary": c.primary.name,
-        "effects": effects,
-        "checks": [ch.to_dict() for ch in v.checks],
-        "preconditions": [p.to_dict() for p in v.preconditions],
-        "tasks": tasks,
+        "effects": [_effect_record(e) for e in v.effects],
+        "checks": [_plain(ch) for ch in v.checks],
     }
+    if hasattr(v, "preconditions"):
+        record["preconditions"] = [_plain(p) for p in v.preconditions]
+    for name in _OPTIONAL:
+        value = getattr(v, name, None)
+        if value is not None and (name == "null" or len(value)):
+            record[name] = _plain(value)
+    record["tasks"] = tasks
     record["why"] = why_line(record)
     return encode(record)
 
@@ -224,8 +217,11 @@ def git_commit() -> str | None:
     return done.stdout.strip() or None
 
 
+_ORDER = ("smoke", "quick", "full")
+
+
 def results_dict(results: Sequence[ClaimResult]) -> dict[str, Any]:
-    """Every number of a report as strict-JSON data (schema: :mod:`normlab.claims.schema`)."""
+    """Every number of a report as strict-JSON data (schema: `normlab.claims.schema`)."""
     import torch
 
     from normlab import __version__
@@ -236,7 +232,7 @@ def results_dict(results: Sequence[ClaimResult]) -> dict[str, Any]:
         "torch": torch.__version__,
         "git_commit": git_commit(),
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "scales": sorted({r.scale for r in results}, key=("smoke", "quick", "full").index),
+        "scales": sorted({r.scale for r in results}, key=_ORDER.index),
         "machine": {
             "cpus": os.cpu_count() or 1,
             "platform": platform.platform(),
@@ -246,14 +242,31 @@ def results_dict(results: Sequence[ClaimResult]) -> dict[str, Any]:
     }
 
 
-def merge_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """``new`` plus the claims of ``old`` it does not rerun (sorted by id)."""
+def merge_results(
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    current: Callable[[Mapping[str, Any]], bool] | None = None,
+) -> dict[str, Any]:
+    """``new`` plus the claims of ``old`` it does not rerun (sorted by id).
+
+    Args:
+        current: ``claim record -> bool``: whether a kept record was computed by the code as
+            it is now; one that was not is marked ``"stale"`` and its why-line says so.
+    """
     claims = {c["id"]: c for c in old.get("claims", [])}
+    if current is not None:
+        for cid, c in list(claims.items()):
+            if not c.get("stale") and not current(c):
+                claims[cid] = {
+                    **c,
+                    "stale": True,
+                    "why": f"STALE: computed by older code; rerun `normlab report --only {cid}`. "
+                    + str(c.get("why", "")),
+                }
     claims.update({c["id"]: c for c in new["claims"]})
     merged = dict(new)
     merged["claims"] = [claims[k] for k in sorted(claims)]
-    order = ("smoke", "quick", "full")
-    merged["scales"] = sorted({c["scale"] for c in merged["claims"]}, key=order.index)
+    merged["scales"] = sorted({c["scale"] for c in merged["claims"]}, key=_ORDER.index)
     return merged
 
 
@@ -274,37 +287,96 @@ def _read_old(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def write_report(results: Sequence[ClaimResult], out: Path | str, *, merge: bool = False) -> Path:
-    """Write ``out/results.json``, ``out/figures/`` and ``out/index.html``; return the HTML.
+def _write_figure(result: ClaimResult, figures_dir: Path) -> None:
+    """``figures/<id>.png``, or ``figures/<id>.error.txt`` saying why it failed (logged)."""
+    png_path = figures_dir / f"{result.claim.id}.png"
+    error_path = figures_dir / f"{result.claim.id}.error.txt"
+    try:
+        png = claim_figure(result.claim, result.measurements, result.verdict)
+    except Exception as err:  # a broken figure must not lose the report
+        message = f"{type(err).__name__}: {err}"
+        _LOG.warning("normlab: the figure of %s failed to render (%s)", result.claim.id, message)
+        png_path.unlink(missing_ok=True)
+        atomic_write_bytes(error_path, message.encode())
+        return
+    error_path.unlink(missing_ok=True)
+    if png is None:
+        png_path.unlink(missing_ok=True)
+    else:
+        atomic_write_bytes(png_path, png)
+
+
+def _figure_ref(figures_dir: Path, claim_id: str) -> FigureRef | None:
+    png, error = figures_dir / f"{claim_id}.png", figures_dir / f"{claim_id}.error.txt"
+    if png.exists():
+        return FigureRef(src=f"../figures/{claim_id}.png")
+    if error.exists():
+        return FigureRef(error=error.read_text(errors="replace"))
+    return None
+
+
+def _write_pages(data: Mapping[str, Any], out: Path) -> Path:
+    """``out/index.html`` and ``out/claims/<id>.html`` for every claim; stale pages go."""
+    pages = out / "claims"
+    ids = {c["id"] for c in data["claims"]}
+    for c in data["claims"]:
+        page = render_claim(c, data, _figure_ref(out / "figures", c["id"]))
+        atomic_write_bytes(pages / f"{c['id']}.html", page.encode())
+    for stale in pages.glob("*.html"):
+        if stale.stem not in ids:
+            stale.unlink(missing_ok=True)
+    index = out / "index.html"
+    atomic_write_bytes(index, render_index(data).encode())
+    return index
+
+
+def write_report(
+    results: Sequence[ClaimResult],
+    out: Path | str,
+    *,
+    merge: bool = False,
+    runner: ClaimRunner | None = None,
+) -> Path:
+    """Write ``out/results.json``, ``out/figures/``, ``out/claims/`` and ``out/index.html``.
 
     Args:
         results: the judged claims.
         out: the report folder.
         merge: keep the claims of an existing ``out/results.json`` that ``results`` does
-            not hold (a partial run, ``--only``), and render the page from the merge.
-    """
-    from normlab.claims.report_html import claim_figure, render_page
+            not hold (a partial run, ``--only``), and render the pages from the merge. The
+            read-merge-write holds ``out/.results.lock``, so concurrent merges never lose
+            a claim.
+        runner: with ``merge``, the runner whose task keys tell which kept claims were
+            computed by older code (they are marked stale).
 
+    Returns:
+        The path of ``out/index.html``.
+    """
     out = Path(out)
     data = results_dict(results)
-    if merge:
-        old = _read_old(out / "results.json")
-        if old is not None:
-            data = merge_results(old, data)
-    figures_dir = out / "figures"
     for r in results:
-        png = claim_figure(r.claim, r.measurements, r.verdict)
-        path = figures_dir / f"{r.claim.id}.png"
-        if png is None:
-            path.unlink(missing_ok=True)
-        else:
-            atomic_write_bytes(path, png)
-    figures = {}
-    for c in data["claims"]:
-        path = figures_dir / f"{c['id']}.png"
-        if path.exists():
-            figures[c["id"]] = path.read_bytes()
-    atomic_write_json(out / "results.json", data)
-    index = out / "index.html"
-    atomic_write_bytes(index, render_page(decode(data), figures).encode())
-    return index
+        _write_figure(r, out / "figures")
+    with file_lock(out / ".results.lock"):
+        if merge:
+            old = _read_old(out / "results.json")
+            if old is not None:
+                data = merge_results(old, data, _is_current(runner))
+        atomic_write_json(out / "results.json", data)
+        return _write_pages(decode(data), out)
+
+
+def _is_current(runner: ClaimRunner | None) -> Callable[[Mapping[str, Any]], bool] | None:
+    """Whether a claim record's task keys are those the code as it is now would compute."""
+    if runner is None:
+        return None
+    from normlab.claims.core import get_claim
+
+    def current(record: Mapping[str, Any]) -> bool:
+        try:
+            claim = get_claim(record["id"])
+        except KeyError:
+            return False
+        keys = {t.get("key") for t in record.get("tasks", []) if not t.get("override")}
+        return keys == runner.current_keys(claim, record["scale"])
+
+    return current

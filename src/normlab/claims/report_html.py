@@ -1,23 +1,48 @@
-"""The report's ``index.html``, rendered from the records of ``results.json``.
+"""The report's HTML pages, rendered from the records of ``results.json``.
 
-Header (versions, commit, date, scale, machine), a smoke banner, the summary table (the
-primary effect with its interval beside the paper's number), then per claim: the why-line,
-hypothesis and setup, what this scale leaves out, the figure with its caption, the table of
-means, every effect with the rule's inputs, the checks as a checklist and the
-preconditions with their measured values.
+``index.html`` is short: the header (versions, commit, date, scale, machine), a smoke
+banner, and one summary row per claim (claim, paper, verdict, primary effect with its unit
+and interval, the claimed relation with its margin and the margin's source as a footnote,
+the why-line, seeds, task time, null-calibration rates), each linking to the claim's own
+page ``claims/<id>.html``. A claim page holds the why-line first, then hypothesis and
+setup, the figure with its caption (or an error box when it failed to render), the table
+of means, every effect as a card with the rule's inputs, the checks, premises, tuning
+choices, divergences, null calibration and robustness settings that the verdict carries.
+Tables have fixed column widths and wrap, so no page needs sideways scrolling at 1000 px.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from normlab._html import esc, figure_html, figure_png, page, table
-from normlab.claims.core import Claim, ClaimVerdict
-from normlab.claims.report import claimed, fmt_interval, fmt_se, fmt_value, key_number
+from normlab._html import (
+    error_box,
+    esc,
+    figure_file_html,
+    figure_png,
+    page,
+    table,
+)
+from normlab.claims._format import (
+    claimed,
+    fmt_interval,
+    fmt_se,
+    fmt_value,
+    key_number,
+    null_rates,
+    primary_effect,
+    seeds_text,
+    with_unit,
+)
 
-__all__ = ["claim_figure", "render_page"]
+if TYPE_CHECKING:  # annotations only: the verdict's classes move between protocol versions
+    from normlab.claims.core import Claim
+    from normlab.claims.rule import ClaimVerdict
+
+__all__ = ["FigureRef", "claim_figure", "render_claim", "render_index"]
 
 _COLOURS = {
     "supported": "#1a7f37",
@@ -34,6 +59,18 @@ DEFAULT_CAPTION = (
     "Each dot is one seed's value of an effect, in its own units; the red line is zero and "
     "the grey ticks are the margins the claimed direction is judged against."
 )
+#: Most data columns one measurement table shows; wider tables are split.
+MAX_COLUMNS = 6
+#: Width of the index page's body in CSS pixels.
+INDEX_WIDTH = 1360
+
+
+@dataclass(frozen=True)
+class FigureRef:
+    """A claim page's figure: the image's URL relative to the page, or why it failed."""
+
+    src: str = ""
+    error: str = ""
 
 
 def _badge(verdict: str) -> str:
@@ -41,21 +78,44 @@ def _badge(verdict: str) -> str:
     return f'<span class="verdict" style="background:{colour}">{esc(verdict)}</span>'
 
 
+def _legible_legends(fig: Any) -> None:
+    """Rebuild every legend of ``fig`` so that it names each labelled line in a readable
+    font; a legend of more than five entries moves beside its axes."""
+    for ax in fig.get_axes():
+        handles, labels = ax.get_legend_handles_labels()
+        if ax.get_legend() is None or not handles:
+            continue
+        if len(handles) > 5:
+            ax.legend(
+                handles,
+                labels,
+                fontsize=9,
+                loc="upper left",
+                bbox_to_anchor=(1.02, 1.0),
+                frameon=False,
+            )
+        else:
+            ax.legend(handles, labels, fontsize=9)
+
+
 def claim_figure(
     claim: Claim, measurements: Sequence[dict[str, Any]], verdict: ClaimVerdict
 ) -> bytes | None:
-    """PNG bytes of the claim's figure (its own, else the effects per seed), or None."""
+    """PNG bytes of the claim's figure (its own, else the effects per seed), or None.
+
+    Raises:
+        Exception: whatever the claim's own figure function raised (the report shows an
+            error box in its place).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     if claim.figure is not None and measurements:
-        try:
-            fig = claim.figure(measurements)
-        except Exception:  # a broken figure must not lose the report
-            fig = None
+        fig = claim.figure(measurements)
         if fig is not None:
+            _legible_legends(fig)
             return figure_png(fig)
     effects = [e for e in verdict.effects if any(math.isfinite(v) for v in e.values)]
     if not effects:
@@ -72,78 +132,108 @@ def claim_figure(
     return figure_png(fig)
 
 
-def _mean_table(measurements: Sequence[Mapping[str, Any]]) -> str:
+def _mean_cell(vals: Sequence[float]) -> str:
+    mean = math.fsum(vals) / len(vals)
+    if len(vals) > 1 and all(math.isfinite(v) for v in vals):
+        sd = math.sqrt(math.fsum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+        return f"{fmt_value(mean, digits=4)} ± {fmt_se(sd)}"
+    return fmt_value(mean, digits=4)
+
+
+def _mean_tables(measurements: Sequence[Mapping[str, Any]]) -> str:
+    """Mean ± sd over seeds of every (method, metric): methods or metrics as columns,
+    whichever are fewer, at most :data:`MAX_COLUMNS` data columns a table."""
     tables = [m.get("table") for m in measurements if isinstance(m.get("table"), dict)]
     if not tables:
         return ""
     methods = list(dict.fromkeys(k for t in tables for k in t))
-    metrics = list(dict.fromkeys(k for t in tables for row in t.values() for k in row))
-    rows = []
-    for method in methods:
-        cells = [f"<b>{esc(method)}</b>"]
-        for metric in metrics:
-            vals = [float(t[method][metric]) for t in tables if metric in t.get(method, {})]
-            if not vals:
-                cells.append("")
-                continue
-            mean = math.fsum(vals) / len(vals)
-            if len(vals) > 1 and all(math.isfinite(v) for v in vals):
-                sd = math.sqrt(math.fsum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
-                cells.append(f"{fmt_value(mean, digits=4)} ± {fmt_se(sd)}")
-            else:
-                cells.append(fmt_value(mean, digits=4))
-        rows.append(cells)
-    header = ["method", *(esc(m) for m in metrics)]
-    return "<p class='muted'>Mean ± standard deviation over seeds.</p>" + table(
-        header, rows, numeric=[False] + [True] * len(metrics)
+    metrics = list(
+        dict.fromkeys(
+            k for t in tables for row in t.values() if isinstance(row, dict) for k in row
+        )
+    )
+
+    def cell(method: str, metric: str) -> str:
+        vals = []
+        for t in tables:
+            row = t.get(method)
+            if isinstance(row, dict) and isinstance(row.get(metric), int | float):
+                vals.append(float(row[metric]))
+        return _mean_cell(vals) if vals else ""
+
+    transpose = len(methods) < len(metrics)
+    rows, cols = (metrics, methods) if transpose else (methods, metrics)
+    corner = "metric \\ method" if transpose else "method \\ metric"
+    parts = []
+    for start in range(0, len(cols), MAX_COLUMNS):
+        chunk = cols[start : start + MAX_COLUMNS]
+        body = [
+            [f"<b>{esc(r)}</b>"] + [cell(c, r) if transpose else cell(r, c) for c in chunk]
+            for r in rows
+        ]
+        parts.append(
+            table(
+                [esc(corner), *(esc(c) for c in chunk)],
+                body,
+                numeric=[False] + [True] * len(chunk),
+                wrap=True,
+                widths=["22%"] + [f"{78 / len(chunk):.2f}%"] * len(chunk),
+            )
+        )
+    return (
+        "<h3>Measurements</h3><p class='muted'>Mean ± standard deviation over seeds.</p>"
+        + "".join(parts)
     )
 
 
-def _effects_table(effects: Sequence[Mapping[str, Any]]) -> str:
-    rows = []
-    for e in effects:
-        unit = f" {esc(e['unit'])}" if e["unit"] else ""
-        verdict = _badge(e["verdict"])
-        if e["degenerate"]:
-            verdict += " <i>degenerate: every seed gave the same value</i>"
-        rows.append(
-            [
-                esc(e["role"]),
-                f"<b>{esc(e['name'])}</b>",
-                esc(e["description"])
-                + (f" (baseline: {esc(e['baseline'])})" if e["baseline"] else ""),
-                ", ".join(fmt_value(v, signed=True) for v in e["values"]),
-                fmt_value(e["mean"], signed=True) + unit,
-                fmt_se(e["se"]),
-                fmt_interval(e["low"], e["high"]),
-                esc(claimed(e["direction"], e["margin"])),
-                esc(e["margin_source"]),
-                verdict,
-                esc(e["reason"]),
-            ]
-        )
-    header = [
-        "role",
-        "effect",
-        "value is",
-        "per seed",
-        "mean",
-        "SE",
-        "95% interval",
-        "claimed",
-        "margin's source",
-        "verdict",
-        "rule",
+def _dl(items: Sequence[tuple[str, str]]) -> str:
+    return "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in items if v) + "</dl>"
+
+
+def _effect_card(e: Mapping[str, Any]) -> str:
+    unit = e.get("unit", "")
+    title = f"{esc(e.get('role', 'part'))}: <b>{esc(e['name'])}</b> {_badge(e['verdict'])}"
+    if e.get("degenerate"):
+        title += " <i>degenerate: every seed gave the same value</i>"
+    what = esc(e["description"])
+    if e.get("baseline"):
+        what += f" (baseline: {esc(e['baseline'])})"
+    n = len(e.get("values", []))
+    side = e.get("on_claimed_side")
+    per_seed = esc(seeds_text(e.get("values", [])))
+    if side is not None and n:
+        per_seed += f" <span class='muted'>({side} of {n} on the claimed side)</span>"
+    se = float(e.get("se", math.nan))
+    mean = (
+        f"{esc(with_unit(fmt_value(e['mean'], signed=True), unit))} "
+        f"{esc(fmt_interval(e.get('low'), e.get('high')))} "
+        + (f"<span class='muted'>(SE {esc(fmt_se(se))})</span>" if math.isfinite(se) else "")
+    )
+    would_be = e.get("would_be")
+    items = [
+        ("value is", what),
+        ("mean [95% interval]", mean),
+        ("per seed", per_seed),
+        ("claimed", esc(claimed(e["direction"], e["margin"], unit))),
+        ("margin's source", esc(e.get("margin_source", ""))),
+        ("rule", esc(e.get("reason", ""))),
+        (
+            "if every premise held",
+            _badge(would_be) if would_be and would_be != e["verdict"] else "",
+        ),
     ]
-    numeric = [False, False, False, True, True, True, True]
-    return table(header, rows, numeric=numeric)
+    parts = "".join(_effect_card({**p, "role": "part"}) for p in e.get("parts") or [])
+    if parts:
+        parts = "<p class='muted small'>Beats every baseline: each part must hold.</p>" + parts
+    return f"<div class='card'><h4>{title}</h4>{_dl(items)}{parts}</div>"
 
 
 def _checks(checks: Sequence[Mapping[str, Any]]) -> str:
     if not checks:
         return ""
     items = "".join(
-        f"<li>{'✅ verified' if c['status'] == 'verified' else '❌ failed'}: "
+        f"<li><span class='mark {'ok' if c['status'] == 'verified' else 'bad'}'></span>"
+        f"{'verified' if c['status'] == 'verified' else '<b>FAILED</b>'}: "
         f"<b>{esc(c['name'])}</b>: {esc(c['description'])} "
         f"<span class='muted'>(measured {fmt_value(c['value'])}; {esc(c['detail'])})</span></li>"
         for c in checks
@@ -151,26 +241,172 @@ def _checks(checks: Sequence[Mapping[str, Any]]) -> str:
     return f"<h3>Implementation checks (run once)</h3><ul class='checks'>{items}</ul>"
 
 
-def _preconditions(pres: Sequence[Mapping[str, Any]]) -> str:
-    if not pres:
-        return ""
+def _held(held: bool) -> str:
+    return (
+        "<span class='mark ok'></span>held"
+        if held
+        else "<span class='mark bad'></span><b>failed</b>"
+    )
+
+
+def _premises(record: Mapping[str, Any]) -> str:
+    """Premises (protocol v3: an interval against a margin) or preconditions (v2)."""
+    out = ""
+    premises = record.get("premises") or []
+    if premises:
+        rows = []
+        for p in premises:
+            try:
+                need = claimed(p["direction"], p["margin"], p.get("unit", ""))
+            except (KeyError, ValueError):
+                need = f"{p.get('direction', '')} {fmt_value(p.get('margin'))}"
+            mean = p.get("value", p.get("mean"))
+            measured = f"{fmt_value(mean)} {fmt_interval(p.get('low'), p.get('high'))}"
+            rows.append(
+                [
+                    f"<b>{esc(p['name'])}</b>",
+                    esc(p.get("description", "")),
+                    esc(measured),
+                    esc(need),
+                    _held(bool(p.get("held"))),
+                    esc(p.get("margin_source", "")),
+                ]
+            )
+        header = ["premise", "what", "measured (mean [95%])", "needs", "", "source"]
+        out += "<h3>Premises</h3>" + table(
+            header, rows, wrap=True, widths=["14%", "26%", "16%", "12%", "9%", "23%"]
+        )
+    pres = record.get("preconditions") or []
+    if pres:
+        rows = [
+            [
+                f"<b>{esc(p['name'])}</b>",
+                esc(p["description"]),
+                fmt_value(p["value"]),
+                f"{esc(p['op'])} {fmt_value(p['threshold'])}",
+                _held(bool(p["held"])),
+                esc(", ".join(p.get("gates", []))),
+                esc(p.get("source", "")),
+            ]
+            for p in pres
+        ]
+        header = ["precondition", "what", "measured (mean)", "needs", "", "gates", "source"]
+        out += "<h3>Preconditions</h3>" + table(
+            header, rows, wrap=True, widths=["14%", "24%", "11%", "10%", "9%", "12%", "20%"]
+        )
+    return out
+
+
+def _kv(mapping: Any) -> str:
+    if isinstance(mapping, Mapping):
+        return ", ".join(
+            f"{k} = {fmt_value(v) if isinstance(v, float) else v}" for k, v in mapping.items()
+        )
+    return str(mapping)
+
+
+def _tuning(record: Mapping[str, Any]) -> str:
     rows = [
         [
-            f"<b>{esc(p['name'])}</b>",
-            esc(p["description"]),
-            fmt_value(p["value"]),
-            f"{esc(p['op'])} {fmt_value(p['threshold'])}",
-            "held" if p["held"] else "<b>failed</b>",
-            esc(", ".join(p["gates"])),
-            esc(p["source"]),
+            esc(t.get("seed", "")),
+            esc(t.get("arm", "")),
+            esc(_kv(t.get("chosen", {}))),
+            esc(t.get("trials", "")),
+            esc(fmt_value(t.get("val"))),
+            "<span class='mark warn'></span><b>on the edge</b>" if t.get("on_edge") else "inside",
         ]
-        for p in pres
+        for t in record.get("tuning") or []
     ]
-    header = ["precondition", "what", "measured (mean)", "needs", "", "gates", "source"]
-    return "<h3>Preconditions</h3>" + table(header, rows, numeric=[False, False, True])
+    if not rows:
+        return ""
+    return (
+        "<h3>Tuning choices</h3><p class='muted'>Each arm's hyperparameters as chosen on the "
+        "validation split with the same budget; a choice on the edge of its grid may be "
+        "short of the optimum.</p>"
+        + table(
+            ["seed", "arm", "chosen", "trials", "validation", "grid"],
+            rows,
+            numeric=[True, False, False, True, True],
+            wrap=True,
+            widths=["8%", "18%", "38%", "9%", "12%", "15%"],
+        )
+    )
 
 
-def _section(c: Mapping[str, Any], png: bytes | None) -> str:
+def _divergences(record: Mapping[str, Any]) -> str:
+    rows = [
+        [
+            esc(d.get("seed", "")),
+            esc(d.get("arm", "")),
+            esc(d.get("step", "")),
+            esc(fmt_value(d.get("last")) if isinstance(d.get("last"), float) else d.get("last")),
+        ]
+        for d in record.get("divergences") or []
+    ]
+    if not rows:
+        return ""
+    return "<h3>Divergences</h3>" + table(
+        ["seed", "arm", "step", "last value"],
+        rows,
+        numeric=[True, False, True, True],
+        wrap=True,
+        widths=["15%", "45%", "15%", "25%"],
+    )
+
+
+def _null(record: Mapping[str, Any]) -> str:
+    null = record.get("null")
+    if not null:
+        return ""
+    return (
+        "<h3>Null calibration</h3><p>With the primary's arms exchanged at random within "
+        "each seed (no effect), the rule said &ldquo;supported&rdquo; / &ldquo;opposite "
+        f"direction&rdquo; in {esc(null_rates(null))} of the draws (each must stay at or "
+        "below 5%; for a no-worse-than effect, &ldquo;supported&rdquo; is the right answer "
+        "under this null).</p>"
+    )
+
+
+def _robustness(record: Mapping[str, Any]) -> str:
+    rows = [
+        [
+            esc(r.get("setting", "")),
+            esc(r.get("value", "")),
+            _badge(str(r.get("verdict", ""))),
+            "<span class='mark bad'></span><b>flips the verdict</b>" if r.get("flips") else "same",
+        ]
+        for r in record.get("robustness") or []
+    ]
+    if not rows:
+        return ""
+    return "<h3>Robustness</h3>" + table(
+        ["setting", "value", "verdict", "against the reported one"],
+        rows,
+        wrap=True,
+        widths=["30%", "25%", "20%", "25%"],
+    )
+
+
+def _figure(record: Mapping[str, Any], figure: FigureRef | None, has_data: bool) -> str:
+    if figure is None:
+        return ""
+    if figure.error:
+        return error_box("The figure failed to render:", figure.error)
+    caption = record["caption"] if record.get("caption") and has_data else DEFAULT_CAPTION
+    return figure_file_html(figure.src, alt=f"figure for {record['id']}", caption=caption)
+
+
+def render_claim(
+    record: Mapping[str, Any], data: Mapping[str, Any], figure: FigureRef | None
+) -> str:
+    """The page ``claims/<id>.html`` of one decoded claim record.
+
+    Args:
+        record: the claim's record.
+        data: the whole decoded ``results.json`` (for the header).
+        figure: the figure's URL relative to the page, or why it failed; None for none.
+    """
+    c = record
     seeds = [t for t in c["tasks"] if t["kind"] == "seed"]
     measurements = [t["measurement"] for t in seeds if t["status"] == "ok" and t["measurement"]]
     errors = "".join(
@@ -180,29 +416,82 @@ def _section(c: Mapping[str, Any], png: bytes | None) -> str:
         if t["status"] != "ok"
     )
     note = f"<p><b>At this scale.</b> {esc(c['scale_note'])}</p>" if c["scale_note"] else ""
-    figure = ""
-    if png is not None:
-        caption = c["caption"] if c["caption"] and measurements else DEFAULT_CAPTION
-        figure = figure_html(png, alt=f"figure for {c['id']}", caption=caption)
+    banner = f'<p class="banner">{esc(SMOKE_BANNER)}</p>' if c["scale"] == "smoke" else ""
     cached = sum(t["cached"] for t in c["tasks"])
-    return f"""
-<section id="{esc(c["id"])}"><h2>{esc(c["id"])} {_badge(c["verdict"])}</h2>
-<p class="muted">{esc(c["paper"])}</p>
-<p class="why">{esc(c["why"])}</p>
+    effects = "".join(_effect_card(e) for e in c["effects"])
+    body = f"""<p><a href="../index.html">&larr; all claims</a></p>
+<section id="{esc(c["id"])}"><h1>{esc(c["id"])} {_badge(c["verdict"])}</h1>
+<p class="muted">{esc(c["paper"])}</p>{banner}
+<p class="why"><b>Why.</b> {esc(c["why"])}</p>
 <p><b>Hypothesis.</b> {esc(c["hypothesis"])}</p>
 <p><b>Setup ({esc(c["scale"])}, {c["seeds"]} seed{"s" if c["seeds"] != 1 else ""}).</b>
 {esc(c["setup"])}</p>{note}
 <p><b>Paper's headline, for scale.</b> {esc(c["headline"])}</p>
-{figure}{_mean_table(measurements)}
-<h3>Effects and the rule's inputs</h3>{_effects_table(c["effects"])}
-{_checks(c["checks"])}{_preconditions(c["preconditions"])}
+{_figure(c, figure, bool(measurements))}
+<h3>Effects and the rule's inputs</h3>
 <p class="muted">The primary effect decides the verdict; secondary effects are reported
-beside it and never change it. Wall time {c["seconds"]:.1f} s ({cached} of
-{len(c["tasks"])} tasks from the cache).</p>{errors}</section>"""
+beside it and never change it.</p>{effects}
+{_premises(c)}{_checks(c.get("checks", []))}{_tuning(c)}{_divergences(c)}{_null(c)}
+{_robustness(c)}{_mean_tables(measurements)}
+<p class="muted">Task time {c["seconds"]:.1f} s of CPU ({cached} of {len(c["tasks"])} tasks
+from the cache); normlab {esc(data.get("normlab", ""))}, commit
+{esc(data.get("git_commit") or "unknown")}.</p>{errors}</section>"""
+    return page(f"{c['id']}: {c['verdict']} (normlab report)", body)
 
 
-def render_page(data: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:
-    """The whole ``index.html`` from decoded ``results.json`` data and PNG figures by id."""
+def _summary(claims: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """The summary table and the footnotes giving each margin's source."""
+    sources: dict[str, int] = {}
+    rows = []
+    for c in claims:
+        primary = primary_effect(c)
+        relation, note = "", ""
+        if primary is not None:
+            relation = claimed(primary["direction"], primary["margin"], primary.get("unit", ""))
+            source = primary.get("margin_source", "")
+            if source:
+                n = sources.setdefault(source, len(sources) + 1)
+                note = f'<sup><a href="#margin-{n}">{n}</a></sup>'
+            relation = f'<span title="{esc(source)}">{esc(relation)}</span>{note}'
+        claim_link = f'<a href="claims/{esc(c["id"])}.html">{esc(c["id"])}</a>'
+        rows.append(
+            [
+                claim_link,
+                esc(c["paper"]),
+                _badge(c["verdict"]),
+                esc(key_number(c)) or "<span class='muted'>none</span>",
+                relation,
+                f"<span class='why'>{esc(c['why'])}</span>",
+                str(c["seeds"]),
+                f"{c['seconds']:.1f} s",
+                esc(null_rates(c.get("null"))) or "<span class='muted'>n/a</span>",
+            ]
+        )
+    summary = table(
+        [
+            "claim",
+            "seed paper",
+            "verdict",
+            "primary effect [95% interval]",
+            "claimed (margin)",
+            "why",
+            "seeds",
+            "task time",
+            "null rates",
+        ],
+        rows,
+        numeric=[False, False, False, True, False, False, True, True, True],
+        wrap=True,
+        widths=["10%", "12%", "11%", "12%", "10%", "27%", "6%", "6%", "6%"],
+    )
+    notes = "".join(f'<li id="margin-{n}">{esc(source)}</li>' for source, n in sources.items())
+    footnotes = f"<h3>Sources of the margins</h3><ol class='small'>{notes}</ol>" if notes else ""
+    return summary, footnotes
+
+
+def render_index(data: Mapping[str, Any]) -> str:
+    """The report's ``index.html`` from decoded ``results.json`` data: header, banner,
+    the summary table linking to each claim's page, and the margins' sources."""
     claims = data["claims"]
     scales = ", ".join(data["scales"])
     banner = f'<p class="banner">{esc(SMOKE_BANNER)}</p>' if "smoke" in data["scales"] else ""
@@ -215,36 +504,14 @@ def render_page(data: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:
         f"commit {esc(commit)}; written {esc(data['created'])}; scale {esc(scales)}; "
         f"machine: {m['cpus']} CPU cores, {esc(m['platform'])}, Python {esc(m['python'])}.</p>"
     )
-    rows = [
-        [
-            f'<a href="#{esc(c["id"])}">{esc(c["id"])}</a>',
-            esc(c["paper"]),
-            _badge(c["verdict"]),
-            esc(key_number(c)),
-            esc(c["headline"]),
-            str(c["seeds"]),
-            f"{c['seconds']:.1f} s",
-        ]
-        for c in claims
-    ]
-    summary = table(
-        [
-            "claim",
-            "seed paper",
-            "verdict",
-            "primary effect [95% interval]",
-            "paper's number",
-            "seeds",
-            "wall time",
-        ],
-        rows,
-        numeric=[False, False, False, True, False, True, True],
-    )
+    summary, footnotes = _summary(claims)
     body = (
         f"<h1>normlab report</h1>{banner}{header}<p>{len(claims)} claims: {esc(tally)}. "
-        "Verdicts are computed from the per-seed measurements below by the rule of "
+        "Verdicts are computed from the per-seed measurements by the rule of "
         "<code>normlab.claims.core</code> (a two-sided 95% t-interval against a declared "
-        f"margin), never written by hand.</p>{summary}"
-        + "".join(_section(c, figures.get(c["id"])) for c in claims)
+        "margin), never written by hand. Each claim's name opens its page: figure, every "
+        "effect, checks, premises and measurements. Task time is the CPU seconds of the "
+        "claim's tasks; the null rates say how often the rule said supported or the "
+        f"opposite when the effect was planted at zero.</p>{summary}{footnotes}"
     )
-    return page(f"normlab report ({scales})", body)
+    return page(f"normlab report ({scales})", body, width=INDEX_WIDTH)

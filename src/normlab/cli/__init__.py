@@ -3,7 +3,8 @@
 ``normlab report`` reproduces the seed papers' claims and writes a report; ``claim`` runs
 one claim verbosely; ``list`` shows the registered methods or claims; ``probe`` diagnoses a
 model; ``fold`` converts a model's LayerNorms to RMSNorm; ``bench`` times normlab's layers.
-Errors in the input go to stderr with exit status 2.
+Errors in the input go to stderr with exit status 2; Ctrl-C ends any command with one line
+on stderr and exit status 130 (``report`` and ``claim`` also say how to resume).
 """
 
 from __future__ import annotations
@@ -49,4 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exit_.code or 0)
     if extra:
         args.terms = [*args.terms, *extra]
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print(f"\nnormlab {args.command}: interrupted", file=sys.stderr)
+        return 130

@@ -7,7 +7,7 @@ from typing import Any
 
 from normlab.cli._common import CliError, check_model_folder
 
-__all__ = ["load_checked"]
+__all__ = ["load_checked", "nonfinite_weights"]
 
 
 def load_checked(path: str | Path) -> tuple[Any, str]:
@@ -35,3 +35,15 @@ def load_checked(path: str | Path) -> tuple[Any, str]:
             )
         raise CliError(f"cannot load {path}: {type(err).__name__}: {reason}") from None
     return model.float(), kind
+
+
+def nonfinite_weights(model: Any) -> str:
+    """ "" when every parameter and buffer of ``model`` is finite, else which are not
+    (e.g. "28 of 28 tensors, first transformer.wte.weight")."""
+    import torch
+
+    tensors = dict(model.named_parameters())
+    tensors.update(dict(model.named_buffers()))
+    floats = {k: v for k, v in tensors.items() if v.is_floating_point()}
+    bad = [k for k, v in floats.items() if not bool(torch.isfinite(v).all())]
+    return f"{len(bad)} of {len(floats)} tensors, first {bad[0]}" if bad else ""

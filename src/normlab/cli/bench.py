@@ -1,17 +1,25 @@
 """``normlab bench``: normlab's kernels against torch's ops, their eager and compiled forms,
-and the memory copy bandwidth, all measured in one run (see :mod:`normlab.bench`)."""
+and the memory copy bandwidth, all measured in one run; then the issue's targets, each with
+its measured ratio and whether it is met (:mod:`normlab.cli._bench_ops`,
+:mod:`normlab.cli._bench_model`, :mod:`normlab.cli._bench_report`)."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import uuid
+from pathlib import Path
+from typing import Any
 
-from normlab.bench import OPS, SHAPES
-from normlab.cli._common import Formatter, fail, positive_int
+from normlab.cli._bench_ops import OPS, SHAPES
+from normlab.cli._common import CliError, Formatter, fail, positive_int
 
-__all__ = ["add_parser"]
+__all__ = ["add_parser", "run_benchmarks"]
 
 _DTYPES = ("float32", "bfloat16", "float16")
 _MODES = ("fwd", "fwd+bwd")
+#: Tensors of the input's size a measurement holds at once (inputs, outputs, gradients).
+_BUFFERS = 12
 
 
 def _shape(text: str) -> tuple[int, int]:
@@ -40,26 +48,172 @@ def _choices(allowed: tuple[str, ...]):
     return parse
 
 
-def _run(args: argparse.Namespace) -> int:
+def _check_file(path: str | Path, what: str) -> Path:
+    """``path`` as an output file, after a real write into its folder (nothing left behind).
+
+    Raises:
+        CliError: ``path`` is a folder, or its folder cannot be written.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise CliError(f"the {what} {path} is a folder; give a file name, e.g. {path}/bench")
+    folder = path.parent
+    probe = folder / f".normlab-bench-{uuid.uuid4().hex}.tmp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise CliError(
+            f"cannot write the {what} to {path}: {err.strerror or err}; choose another path"
+        ) from None
+    return path
+
+
+def _plot_path(text: str) -> Path:
+    """Where the plot goes: ``DIR/bench.png`` for a folder, ``.png`` added without a suffix."""
+    path = Path(text)
+    if path.is_dir():
+        return path / "bench.png"
+    return path if path.suffix else path.with_name(path.name + ".png")
+
+
+def _check_memory(shapes: list[tuple[int, int]], dtypes: list[str]) -> None:
+    """Refuse shapes whose buffers cannot fit in this machine's memory, before any work."""
+    size = 4 if "float32" in dtypes else 2
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    for rows, d in shapes:
+        need = _BUFFERS * rows * d * size
+        if need > total // 2:
+            raise CliError(
+                f"shape {rows}x{d} needs about {need / 2**30:.1f} GiB for its inputs, outputs "
+                f"and gradients; this machine has {total / 2**30:.1f} GiB. Use a smaller shape."
+            )
+
+
+def run_benchmarks(
+    *,
+    quick: bool = True,
+    out: str | Path | None = None,
+    shapes: Any = SHAPES,
+    dtypes: Any = ("float32", "bfloat16"),
+    ops: Any = OPS,
+    modes: Any = _MODES,
+    device: str = "cpu",
+    compile: bool | None = None,
+    plot: str | Path | None = None,
+    model: bool = False,
+    regimes: bool = True,
+    repeats: int | None = None,
+) -> int:
+    """Measure, print the tables and the targets, write ``out`` (JSON) and ``plot``; 0.
+
+    Args:
+        quick: 3 repeats of ~0.05 s per variant and no ``torch.compile`` peer (unless
+            ``compile=True``); otherwise 7 repeats of ~0.2 s with the compiled peer.
+        out: write the records as JSON to this file.
+        shapes, dtypes, ops, modes: what to measure (modes: "fwd", "fwd+bwd").
+        device: "cpu" or "cuda" (adds Liger-Kernel's ops when installed).
+        compile: time ``torch.compile`` of the formula (and of the model with ``model``).
+        plot: save a PNG of the ``x copy`` ratios to this file.
+        model: also time a TinyGPT training step with kernels, without, and compiled.
+        regimes: first measure fresh outputs with the default allocator (CPU).
+        repeats: override the number of interleaved repeats.
+
+    Raises:
+        CliError: an output path cannot be written or a shape cannot fit in memory.
+    """
     import torch
 
-    from normlab import bench
+    from normlab import kernels as K
+    from normlab._io import atomic_write_json
+    from normlab.cli import _bench_ops as B
+    from normlab.cli import _bench_report as R
+
+    shapes = [(int(r), int(d)) for r, d in shapes]
+    out = None if out is None else _check_file(out, "results file")
+    plot = None if plot is None else _check_file(_plot_path(str(plot)), "plot")
+    _check_memory(shapes, list(dtypes))
+    compile = (not quick) if compile is None else compile
+    reps = repeats or (3 if quick else 7)
+    min_time = 0.05 if quick else 0.2
+    load = {"start": os.getloadavg()}
+    K.available(device)  # build or load the CPU library before timing
+    torch_dtypes = [getattr(torch, str(dt).removeprefix("torch.")) for dt in dtypes]
+    fwd_ops = [op for op in ops if op != "add_rmsnorm"]
+    fresh = []
+    if regimes and device == "cpu":
+        fresh = B.fresh_output_regime(fwd_ops, shapes, torch_dtypes, repeats=reps,
+                                      min_time=min_time)  # fmt: skip
+    if device == "cpu":
+        B.keep_freed_memory()
+    records = [
+        B.bench_op(
+            op,
+            s,
+            dt,
+            backward=mode == "fwd+bwd",
+            device=device,
+            compile=compile,
+            repeats=reps,
+            min_time=min_time,
+        )
+        for op in ops
+        for s in shapes
+        for dt in torch_dtypes
+        for mode in modes
+    ]
+    model_record = None
+    if model:
+        from normlab.cli._bench_model import bench_model
+
+        model_record = bench_model(compile=compile, repeats=reps, device=device)
+    load["end"] = os.getloadavg()
+    targets = R.check_targets(records, model_record, device)
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    title = (
+        f"normlab bench ({name}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"load {load['start'][0]:.2f} -> {load['end'][0]:.2f} on {os.cpu_count()} cores)"
+    )
+    R.print_results(records, fresh, targets, model_record, title)
+    if plot is not None:
+        R.plot(records, plot)
+        print(f"plot: {plot}")
+    if out is not None:
+        meta = {
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "device": name,
+            "load_avg_1_5_15": load,
+            "cores": os.cpu_count(),
+            "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
+        }
+        payload = {"meta": meta, "ops": records, "fresh_outputs": fresh, "targets": targets,
+                   "model": model_record}  # fmt: skip
+        atomic_write_json(out, payload)
+        print(f"results: {out}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
         return fail("bench", "--device cuda needs a CUDA GPU; none is visible here.")
     if args.threads:
         torch.set_num_threads(args.threads)
-    options = {
-        "quick": not args.full,
-        "out": args.out,
-        "plot": args.plot,
-        "device": args.device,
-        "model": args.model,
-        "compile": args.compile,
-        "repeats": args.repeats,
-    }
-    options.update(shapes=args.shapes, dtypes=args.dtypes, ops=args.ops, modes=args.modes)
-    return bench.run_benchmarks(**options)
+    try:
+        return run_benchmarks(
+            quick=not args.full, out=args.out, plot=args.plot, device=args.device,
+            model=args.model, compile=args.compile, repeats=args.repeats,
+            regimes=args.regimes, shapes=args.shapes, dtypes=args.dtypes, ops=args.ops,
+            modes=args.modes,
+        )  # fmt: skip
+    except CliError as err:
+        return fail("bench", str(err))
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -69,16 +223,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=(
             "Time normlab's kernels against torch's own op, its eager formula, torch.compile "
             "of that formula and the memory copy bandwidth, in one run with preallocated "
-            "inputs; print GB/s and ratios."
+            "inputs; print GB/s, ratios and the targets of issue 27 (met or not). State the "
+            "machine's load (printed in the title) beside any number you quote."
         ),
         formatter_class=Formatter,
     )
     p.add_argument("--full", action="store_true", help="more repeats, with the compiled peer")
     p.add_argument("--out", default=None, help="also write the records as JSON to this file")
-    p.add_argument("--plot", default=None, help="save a PNG of the ratios to copy bandwidth")
+    p.add_argument(
+        "--plot", default=None, help="save a PNG of the ratios (a folder gets bench.png)"
+    )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run")
     p.add_argument(
-        "--model", action="store_true", help="also time TinyGPT end to end, kernels on vs off"
+        "--model",
+        action="store_true",
+        help="also time a TinyGPT training step: kernels, without, torch.compile without",
     )
     p.add_argument(
         "--shapes",
@@ -93,7 +252,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--compile",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="time torch.compile of the eager formula (None: only with --full)",
+        help="time torch.compile of the formula (None: only with --full)",
+    )
+    p.add_argument(
+        "--regimes",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="first time fresh outputs with the default allocator (CPU)",
     )
     p.add_argument("--repeats", type=positive_int, default=None, help="interleaved repeats")
     p.add_argument(

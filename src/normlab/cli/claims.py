@@ -5,58 +5,114 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import sys
 from typing import Any
 
 from normlab.cli._common import Formatter, fail, jobs_type
 
 __all__ = ["add_claim", "add_list", "add_report"]
 
-_SCALES = ("smoke", "quick", "full")
 
+def _scales() -> tuple[str, ...]:
+    from normlab.claims.core import SCALES
 
-def _select(ids: list[str] | None) -> list[Any]:
-    from normlab.claims import all_claims, get_claim
-
-    if not ids:
-        return all_claims()
-    return [get_claim(i) for i in dict.fromkeys(ids)]
+    return SCALES
 
 
 def _message(err: BaseException) -> str:
     return str(err.args[0]) if err.args else str(err)
 
 
+def _interrupted(command: str, done: int, total: int, out: str) -> int:
+    """The one line Ctrl-C leaves, with the resume hint; exit status 130."""
+    print(
+        f"\nnormlab {command}: interrupted after {done} of {total} task(s); the finished ones "
+        f"are cached in {out}/tasks, so the same command resumes where this one stopped.",
+        file=sys.stderr,
+    )
+    return 130
+
+
+def _import_modules(command: str, modules: list[str] | None) -> int:
+    """Import the user's modules (from the current folder too) so their claims register;
+    return 0, or the exit status 2 of a module that cannot be imported."""
+    import importlib
+    import os
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in modules or []:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            return fail(command, f"cannot import --module {name}: {err}")
+    return 0
+
+
+def _add_module(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--module",
+        action="append",
+        metavar="MODULE",
+        default=None,
+        help="import this module first (repeatable), so the claims it registers with "
+        "register_claim can be run; the current folder is searched too",
+    )
+
+
 def _report(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from normlab.claims.progress import ClaimProgress, summary_table
-    from normlab.claims.report import write_report
-    from normlab.claims.runner import ClaimRunner
+    import normlab.claims
+    from normlab.claims.api import resolve_claims
+    from normlab.claims.progress import summary_table
 
-    console = Console(stderr=True)
+    if args.address is not None and args.backend != "ray":
+        return fail("report", "--address is a Ray cluster address; add --backend ray")
+    if _import_modules("report", args.module):
+        return 2
     try:
-        claims = _select(args.only)
-        runner = ClaimRunner(
-            args.out,
+        claims = resolve_claims(args.only)
+    except KeyError as err:
+        return fail("report", _message(err))
+    done = [0]
+
+    def count(result: object) -> None:
+        done[0] += 1
+
+    robustness = args.robustness if args.robustness is not None else args.scale == "full"
+    total = sum(
+        len(c.seeds(args.scale)) * (1 + 2 * len(c.free_settings) * robustness) + bool(c.checks)
+        for c in claims
+    )
+    try:
+        report = normlab.claims.run(
+            [c.id for c in claims] if args.only else None,
+            args.scale,
             jobs=args.jobs,
+            out=args.out,
+            force=args.force,
             backend=args.backend,
             address=args.address,
-            force=args.force,
+            on_result=count,
+            progress=not args.no_progress,
+            robustness=robustness,
         )
     except (KeyError, PermissionError, ValueError) as err:
         return fail("report", _message(err))
-    with ClaimProgress(claims, args.scale, console=console, enabled=not args.no_progress) as bar:
-        runner.on_result = bar.update
-        results = runner.run(claims, args.scale)
-    index = write_report(results, args.out, merge=bool(args.only))
+    except KeyboardInterrupt:
+        return _interrupted("report", done[0], total, args.out)
+    results = report.results
     Console().print(summary_table(results))
     if args.only:
         print(f"merged {len(results)} claim(s) into the report")
-    print(f"report: {index}")
-    print(f"results: {index.parent / 'results.json'}")
+    print(f"report: {report.index}")
+    print(f"results: {report.results_json}")
     failed = [r.claim.id for r in results if r.label == "error"]
     if failed:
-        console.print(f"[red]{len(failed)} claim(s) ended in error:[/red] {', '.join(failed)}")
+        Console(stderr=True).print(
+            f"[red]{len(failed)} claim(s) ended in error:[/red] {', '.join(failed)}"
+        )
         return 1
     return 0
 
@@ -72,7 +128,7 @@ def add_report(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--scale",
-        choices=_SCALES,
+        choices=_scales(),
         default="quick",
         help="smoke proves the pipeline; quick is the report; full is paper-like",
     )
@@ -81,13 +137,14 @@ def add_report(sub: argparse._SubParsersAction) -> None:
         nargs="+",
         metavar="ID",
         default=None,
-        help="run only these claims and merge them into the existing report",
+        help="run only these claims (ids with - or _) and merge them into the existing report",
     )
     p.add_argument(
         "--jobs",
         type=jobs_type,
         default="auto",
-        help="parallel tasks: a positive integer or 'auto' (one per CPU core)",
+        help="parallel tasks: a positive integer or 'auto' (one per CPU core, the default "
+        "of normlab.claims.run too)",
     )
     p.add_argument("--out", default="report", help="output folder")
     p.add_argument("--force", action="store_true", help="recompute cached tasks")
@@ -99,65 +156,61 @@ def add_report(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--address", default=None, help="Ray cluster address (with --backend ray)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--robustness",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="rerun each claim's primary at its free settings' neighbours and mark the "
+        "verdict robust or fragile (default: on at --scale full, off otherwise)",
+    )
+    _add_module(p)
     p.set_defaults(func=_report)
 
 
-def _fmt_effect(e: Any) -> str:
-    from normlab.claims.report import fmt_interval, fmt_value
+def _fmt_effect(e: dict[str, Any]) -> str:
+    from normlab.claims._format import fmt_interval, fmt_value, seeds_text, with_unit
 
-    values = ", ".join(fmt_value(v, signed=True) for v in e.values)
+    mean = with_unit(fmt_value(e["mean"], signed=True), e.get("unit"))
     return (
-        f"{e.role} {e.name}: [{values}] mean {fmt_value(e.mean, signed=True)} "
-        f"{fmt_interval(e.low, e.high)} -> {e.verdict} ({e.reason})"
+        f"{e['role']} {e['name']}: [{seeds_text(e['values'])}] mean {mean} "
+        f"{fmt_interval(e['low'], e['high'])} -> {e['verdict']} ({e['reason']})"
     )
 
 
 def _claim(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
-    from normlab._progress import progress_callback
+    from normlab._progress import StepBars
+    from normlab.claims._format import premise_phrase
+    from normlab.claims.api import resolve_claims
     from normlab.claims.report import claim_record
     from normlab.claims.runner import ClaimRunner
+    from normlab.claims.schema import decode
 
     console = Console()
+    if _import_modules("claim", args.module):
+        return 2
     try:
-        (claim,) = _select([args.id])
+        (claim,) = resolve_claims([args.id])
         runner = ClaimRunner(args.out, jobs=1, force=args.force)
     except (KeyError, PermissionError) as err:
         return fail("claim", _message(err))
     console.print(f"[bold]{claim.id}[/bold]: {claim.hypothesis}")
     console.print(f"caching tasks in {runner.tasks_dir} (change with --out)")
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=args.no_progress,
-        transient=True,
-    )
-    bars: dict[str, Any] = {}
-
-    def on_step(what: str, done: int, total: int) -> None:
-        if what not in bars:
-            bars[what] = progress.add_task(what, total=total)
-        progress.update(bars[what], completed=done, total=total)
-
     n_tasks = len(claim.seeds(args.scale)) + (1 if claim.checks else 0)
-    overall = progress.add_task(f"{claim.id} ({args.scale}) tasks", total=n_tasks)
-    runner.on_result = lambda result: progress.advance(overall)
-    with progress, progress_callback(on_step):
-        (result,) = runner.run([claim], args.scale)
+    done = [0]
+    try:
+        with StepBars(enabled=not args.no_progress) as bars:
+            overall = bars.add(f"{claim.id} ({args.scale}) tasks", n_tasks)
+
+            def on_result(result: object) -> None:
+                done[0] += 1
+                bars.advance(overall)
+
+            runner.on_result = on_result
+            (result,) = runner.run([claim], args.scale)
+    except KeyboardInterrupt:
+        return _interrupted("claim", done[0], n_tasks, args.out)
     for task in result.all_tasks:
         which = "checks" if task.is_checks else f"seed {task.seed}"
         cached = ", cached" if task.cached else ""
@@ -166,17 +219,19 @@ def _claim(args: argparse.Namespace) -> int:
             console.print(task.error, markup=False, highlight=False)
         elif not task.is_checks and task.measurement:
             console.print_json(json.dumps(task.measurement.get("table", {})))
-    for effect in result.verdict.effects:
+    record = decode(claim_record(result))
+    premises = (record.get("premises") or []) + (record.get("preconditions") or [])
+    for effect in record["effects"]:
         console.print(_fmt_effect(effect), markup=False, highlight=False)
-    for check in result.verdict.checks:
-        console.print(f"check {check.name}: {check.status} ({check.detail})", markup=False)
-    for pre in result.verdict.preconditions:
-        state = "held" if pre.held else "FAILED"
+    for check in record["checks"]:
         console.print(
-            f"precondition {pre.name}: {pre.value:.4g} {pre.op} {pre.threshold:g}: {state}",
-            markup=False,
+            f"check {check['name']}: {check['status']} ({check['detail']})", markup=False
         )
-    console.print(claim_record(result)["why"], markup=False, highlight=False)
+    for premise in premises:
+        state = "held" if premise.get("held") else "FAILED"
+        text = premise_phrase(premise, link="needs")
+        console.print(f"premise {premise['name']}: {text}: {state}", markup=False)
+    console.print(record["why"], markup=False, highlight=False)
     console.print(f"verdict: {result.label}")
     return 1 if result.label == "error" else 0
 
@@ -190,8 +245,8 @@ def add_claim(sub: argparse._SubParsersAction) -> None:
         "OUT/tasks, the same cache `normlab report --out OUT` reads.",
         formatter_class=Formatter,
     )
-    p.add_argument("id", help="the claim id (see `normlab list claims`)")
-    p.add_argument("--scale", choices=_SCALES, default="quick", help="the scale to run at")
+    p.add_argument("id", help="the claim id, - or _ alike (see `normlab list claims`)")
+    p.add_argument("--scale", choices=_scales(), default="quick", help="the scale to run at")
     p.add_argument(
         "--out",
         default="report",
@@ -199,49 +254,74 @@ def add_claim(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--force", action="store_true", help="recompute cached tasks")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_module(p)
     p.set_defaults(func=_claim)
 
 
-def _matches(pattern: str | None, *names: str) -> bool:
+def _claim_matches(pattern: str | None, claim_id: str) -> bool:
     if not pattern:
         return True
-    pattern = pattern.lower()
+    pattern = pattern.lower().replace("_", "-")
     glob = any(ch in pattern for ch in "*?[")
-    return any(
-        fnmatch.fnmatch(n.lower(), pattern) if glob else pattern in n.lower() for n in names
+    return fnmatch.fnmatchcase(claim_id, pattern) if glob else pattern in claim_id
+
+
+def _table(title: str, columns: list[tuple[str, bool]]) -> Any:
+    """A rich table whose ``True`` columns never wrap (names) and whose others fold."""
+    from rich.table import Column, Table
+
+    return Table(
+        *(
+            Column(name, no_wrap=keep, overflow="fold" if not keep else "ignore")
+            for name, keep in columns
+        ),
+        title=title,
     )
+
+
+def _short(text: str, wide: bool) -> Any:
+    """A compact cell is cut to the terminal with an ellipsis; a wide one wraps."""
+    from rich.text import Text
+
+    return Text(text, no_wrap=not wide, overflow="fold" if wide else "ellipsis")
 
 
 def _list(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     import normlab
+    from normlab.claims.api import resolve_claims
 
     terms = [t for t in args.terms if t is not None]
     what = terms.pop(0) if terms and terms[0] in ("methods", "claims") else "methods"
     if len(terms) > 1:
         return fail("list", f"expected [methods|claims] [PATTERN], got {' '.join(args.terms)!r}")
     pattern = terms[0] if terms else None
+    console = Console()
     if what == "claims":
         if args.kind is not None:
             return fail("list", "--kind applies to methods, not claims")
-        chosen = [c for c in _select(None) if _matches(pattern, c.id)]
+        chosen = [c for c in resolve_claims(None) if _claim_matches(pattern, c.id)]
         if args.markdown:
             print("| claim | seed paper |\n|---|---|")
             for c in chosen:
                 print(f"| `{c.id}` | {c.paper} |")
             return 0
-        table = Table("claim", "seed paper", "hypothesis", title=f"{len(chosen)} claims")
+        columns = [("claim", True), ("hypothesis", False)]
+        if args.wide:
+            columns.insert(1, ("seed paper", False))
+        table = _table(f"{len(chosen)} claims", columns)
         for c in chosen:
-            table.add_row(c.id, c.paper, c.hypothesis)
-        Console().print(table)
+            cells = [c.id, _short(c.hypothesis, args.wide)]
+            if args.wide:
+                cells.insert(1, _short(c.paper, True))
+            table.add_row(*cells)
+        console.print(table)
         return 0
     try:
-        methods = normlab.methods(kind=args.kind)
+        methods = normlab.methods(pattern, kind=args.kind)
     except ValueError as err:
         return fail("list", _message(err))
-    methods = [m for m in methods if _matches(pattern, m.name, *m.aliases)]
     if args.markdown:
         print("| name | kind | what it does | paper |")
         print("|---|---|---|---|")
@@ -249,18 +329,26 @@ def _list(args: argparse.Namespace) -> int:
             summary = m.summary.replace("|", "\\|")
             print(f"| `{m.name}` | {m.kind} | {summary} | {m.paper} |")
         return 0
-    table = Table(
-        "name",
-        "kind",
-        "aliases",
-        "layout",
-        "what it does",
-        "paper",
-        title=f"{len(methods)} methods",
-    )
-    for m in methods:
-        table.add_row(m.name, m.kind, ", ".join(m.aliases), m.layout, m.summary, m.paper)
-    Console().print(table)
+    if args.wide:
+        columns = [
+            ("name", True),
+            ("kind", True),
+            ("aliases", False),
+            ("layout", False),
+            ("what it does", False),
+            ("paper", False),
+        ]
+        table = _table(f"{len(methods)} methods", columns)
+        for m in methods:
+            table.add_row(m.name, m.kind, ", ".join(m.aliases), m.layout, m.summary, m.paper)
+    else:
+        table = _table(
+            f"{len(methods)} methods (--wide for aliases, layout and paper)",
+            [("name", True), ("kind", True), ("what it does", False)],
+        )
+        for m in methods:
+            table.add_row(m.name, m.kind, _short(m.summary, False))
+    console.print(table)
     return 0
 
 
@@ -270,9 +358,10 @@ def add_list(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "list",
         help="the registered methods (with kind, aliases, layout) or claims",
-        description="List registered methods (name, kind, aliases, layout, summary, paper) "
-        "or claims (id, seed paper, hypothesis). PATTERN filters names (and aliases): a "
-        "substring, or a glob such as 'rms*'. `normlab list PATTERN` lists methods.",
+        description="List registered methods or claims, one line each: names in full, "
+        "then what they do (cut at the terminal's width; --wide wraps it and adds "
+        "aliases, layout and paper). PATTERN filters names (and aliases): a substring, or "
+        "a glob such as 'rms*'. `normlab list PATTERN` lists methods.",
         formatter_class=Formatter,
     )
     p.add_argument(
@@ -289,6 +378,9 @@ def add_list(sub: argparse._SubParsersAction) -> None:
         choices=None,
         metavar="KIND",
         help=f"only methods of this kind; one of: {', '.join(KINDS)}",
+    )
+    p.add_argument(
+        "--wide", action="store_true", help="every column, wrapped instead of one line each"
     )
     p.add_argument("--markdown", action="store_true", help="a Markdown table (for the README)")
     p.set_defaults(func=_list)

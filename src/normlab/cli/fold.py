@@ -1,13 +1,18 @@
 """``normlab fold IN OUT``: convert a model's foldable LayerNorms to RMSNorm, verified.
 
 Exit codes: 0 converted and verified; 1 the outputs changed by more than the tolerance
-(nothing written); 2 bad input or output (a message says what), or nothing in the model is
-foldable (the reasons are printed).
+(nothing written); 2 bad input or output (a message says what: a negative or NaN
+``--tolerance``, ``--tokens`` above the model's positions, an input model with non-finite
+weights or logits), or nothing in the model is foldable (the reasons are printed). Tied
+input/output embeddings stay tied where the fold leaves both copies equal; otherwise the
+terminal says which were untied and how the weights' size changed.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -15,15 +20,65 @@ from normlab.cli._common import CliError, Formatter, check_output, fail, positiv
 
 __all__ = ["add_parser"]
 
+#: Tokens per sequence when ``--tokens`` is not given (capped by the model's positions).
+DEFAULT_TOKENS = 64
+#: Files beside the weights that the folded model keeps (its tokenizer, generation setup).
+_COMPANIONS = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "generation_config.json",
+)
 #: Weight files a fold replaces in an output folder (with --overwrite).
 _WEIGHTS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+
+
+def tolerance_type(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _weights_size(folder: Path) -> int:
+    return sum(f.stat().st_size for pattern in _WEIGHTS for f in folder.glob(pattern))
+
+
+def _check_finite(model: object, example: object, source: str) -> None:
+    """:class:`CliError` when the input model's weights or logits are not finite."""
+    import torch
+
+    from normlab.cli._load import nonfinite_weights
+    from normlab.surgery.fold_detect import run_example
+    from normlab.surgery.fold_verify import model_output
+
+    bad = nonfinite_weights(model)
+    if bad:
+        raise CliError(f"the input model {source} has non-finite weights ({bad}); nothing to fold")
+    with torch.no_grad():
+        logits = model_output(run_example(model, example))
+    if not bool(torch.isfinite(logits).all()):
+        raise CliError(
+            f"the input model {source} gives non-finite logits on built-in text (its weights "
+            "are finite: the activations overflow); nothing to fold"
+        )
 
 
 def _fold(args: argparse.Namespace) -> int:
     import torch
 
     from normlab.cli._load import load_checked
-    from normlab.models.checkpoint import builtin_tokens, save_model
+    from normlab.models.checkpoint import builtin_batch, position_limit, save_model
     from normlab.surgery.fold import fold_layernorms
     from normlab.surgery.fold_gains import center_unembed, fold_rms_gains
 
@@ -32,10 +87,21 @@ def _fold(args: argparse.Namespace) -> int:
             args.output, inputs=(Path(args.input),), empty=True, overwrite=args.overwrite
         )
         model, kind = load_checked(args.input)
+        limit = position_limit(model)
+        n = min(DEFAULT_TOKENS, limit or DEFAULT_TOKENS) if args.tokens is None else args.tokens
+        if limit is not None and n > limit:
+            raise CliError(
+                f"--tokens {n} is more than the {limit} positions {args.input} reads; use "
+                f"--tokens {limit} or fewer"
+            )
+        batch = builtin_batch(model, args.input, batch=args.batch, tokens=n)
+        tokens = batch.ids
+        example: object = tokens if kind == "normlab" else {"input_ids": tokens}
+        if batch.mask is not None and kind != "normlab":
+            example = {"input_ids": tokens, "attention_mask": batch.mask}
+        _check_finite(model, example, args.input)
     except CliError as err:
         return fail("fold", str(err))
-    tokens = builtin_tokens(model, args.input, batch=args.batch, tokens=args.tokens)
-    example = tokens if kind == "normlab" else {"input_ids": tokens}
     with torch.no_grad():
         result = fold_layernorms(model, example, tied=args.tied)
     for site in result.analysis.sites:
@@ -86,7 +152,19 @@ def _fold(args: argparse.Namespace) -> int:
             for stale in out.glob(pattern):
                 stale.unlink()
     save_model(model, out, fold=record)
+    source = Path(args.input)
+    for name in _COMPANIONS:  # the tokenizer travels with the model (fold -> probe reads it)
+        if (source / name).is_file() and source.resolve() != out.resolve():
+            shutil.copyfile(source / name, out / name)
     weights = [p.name for p in out.glob("*.safetensors")]
+    if result.untied:
+        before, after = _weights_size(Path(args.input)), _weights_size(out)
+        pairs = ", ".join(f"{other} (was tied to {writer})" for writer, other in result.untied)
+        print(
+            f"  tied embeddings untied: {pairs} now has its own copy, because the fold changes "
+            f"the two copies differently; weights {before / 1e6:.2f} MB -> {after / 1e6:.2f} MB "
+            "(pass --tied refuse to stop instead)"
+        )
     print(f"wrote {', '.join(str(out / w) for w in weights)}")
     return 0
 
@@ -111,7 +189,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--tolerance",
-        type=float,
+        type=tolerance_type,
         default=None,
         help="max |folded fp32 - float64| allowed (default: 4x the unfolded model's "
         "own fp32 rounding error against float64)",
@@ -122,7 +200,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also centre the unembedding over the vocabulary (probabilities kept)",
     )
     p.add_argument("--batch", type=positive_int, default=4, help="sequences of built-in text")
-    p.add_argument("--tokens", type=positive_int, default=64, help="tokens per sequence")
+    p.add_argument(
+        "--tokens",
+        type=positive_int,
+        default=None,
+        help=f"tokens per sequence (default {DEFAULT_TOKENS}, or the model's positions if "
+        "fewer; more than the model's positions is refused)",
+    )
     p.add_argument(
         "--overwrite",
         action="store_true",

@@ -8,12 +8,12 @@ the split is fixed (every 6th image is test).
 
 from __future__ import annotations
 
-import io
 import math
 
 import torch
 
-from normlab._io import atomic_write_bytes, cache_dir
+from normlab._io import cache_dir
+from normlab._tensor_cache import cached_tensor
 
 __all__ = ["digits", "standardize", "two_moons"]
 
@@ -34,24 +34,31 @@ def standardize(train: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tenso
     return tuple((x - mean) / std for x in (train, *others))
 
 
+DIGITS_SHAPE = (1797, 64)
+
+
+def _load_digits() -> torch.Tensor:
+    from sklearn.datasets import load_digits
+
+    return torch.as_tensor(load_digits().data).to(torch.uint8)
+
+
+def _pixel_range(raw: torch.Tensor) -> str | None:
+    top = int(raw.max())
+    return None if top <= 16 else f"pixel values up to {top}, expected 0..16"
+
+
 def _raw_digits() -> torch.Tensor:
     """scikit-learn's digits as uint8 ``(1797, 64)``, kept in normlab's cache folder.
 
-    Importing scikit-learn takes seconds; the 115 kB array is read from disk after once.
+    Importing scikit-learn takes seconds; the 115 kB array is read from disk after once,
+    verified (shape, dtype, pixel range and the SHA-256 recorded when it was written) and
+    rebuilt with a warning when anything is off (:func:`normlab._tensor_cache.cached_tensor`).
     """
-    path = cache_dir() / "data" / "digits-8x8-v1.pt"
-    if path.exists():
-        try:
-            return torch.load(path, weights_only=True)
-        except (RuntimeError, OSError, EOFError):
-            pass  # a corrupt file is rebuilt
-    from sklearn.datasets import load_digits
-
-    raw = torch.as_tensor(load_digits().data).to(torch.uint8)
-    buffer = io.BytesIO()
-    torch.save(raw, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-    return raw
+    path = cache_dir() / "data" / "digits-8x8-v2.safetensors"
+    return cached_tensor(
+        path, _load_digits, shape=DIGITS_SHAPE, dtype=torch.uint8, check=_pixel_range
+    )
 
 
 def digits(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,6 +27,7 @@ from torch.distributions import Transform, constraints
 
 from normlab._checks import check_float, check_trailing_shape
 from normlab._registry import Method, register
+from normlab.functional._precision import upcast
 from normlab.papers import paper
 
 __all__ = [
@@ -41,11 +42,18 @@ __all__ = [
 
 
 def _circulant(x: torch.Tensor, c: torch.Tensor, *, inverse: bool = False) -> torch.Tensor:
-    """``C x`` (or ``C^{-1} x``) along the last axis, for a real first column ``c``."""
+    """``C x`` (or ``C^{-1} x``) along the last axis, for a real first column ``c``.
+
+    Half-precision ``x`` is transformed in float32 (torch's FFTs take no bfloat16, and
+    float16 only for powers of two on CUDA) and cast back; an empty batch comes back empty.
+    """
     n = x.shape[-1]
-    spectrum = torch.fft.rfft(c, n=n)
-    fx = torch.fft.rfft(x, n=n)
-    return torch.fft.irfft(fx / spectrum if inverse else fx * spectrum, n=n)
+    if x.numel() == 0:
+        return x.clone()
+    xf = upcast(x)
+    spectrum = torch.fft.rfft(c.to(xf.dtype), n=n)
+    fx = torch.fft.rfft(xf, n=n)
+    return torch.fft.irfft(fx / spectrum if inverse else fx * spectrum, n=n).to(x.dtype)
 
 
 def cd_forward(x: torch.Tensor, diagonals: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
@@ -178,14 +186,16 @@ class CirculantDiagonalLinear(nn.Module):
         check_trailing_shape(x, (self.features,))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``W x`` along the last axis."""
+        """``W x`` along the last axis (half-precision input computed in float32)."""
         self._check(x)
-        return cd_forward(x, self.diagonals.to(x.dtype), self.columns.to(x.dtype))
+        xf = upcast(x)
+        return cd_forward(xf, self.diagonals.to(xf.dtype), self.columns.to(xf.dtype)).to(x.dtype)
 
     def inverse(self, y: torch.Tensor) -> torch.Tensor:
-        """``W^{-1} y`` along the last axis."""
+        """``W^{-1} y`` along the last axis (half-precision input computed in float32)."""
         self._check(y)
-        return cd_inverse(y, self.diagonals.to(y.dtype), self.columns.to(y.dtype))
+        yf = upcast(y)
+        return cd_inverse(yf, self.diagonals.to(yf.dtype), self.columns.to(yf.dtype)).to(y.dtype)
 
     def log_abs_det(self) -> torch.Tensor:
         """``log|det W|`` (a scalar, differentiable)."""

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from normlab._checks import check_float, check_trailing_shape
 from normlab.functional._precision import upcast
+from normlab.functional.norms import row_scale
 
 __all__ = [
     "approx_layer_norm",
@@ -55,6 +56,14 @@ def approx_reciprocal(
     ``1/midpoint`` of ``2^table_bits`` equal segments of [1, 2) (relative error at most
     ``2^-(table_bits + 1)``); each Newton step ``r <- r (2 - s r)`` squares the relative
     error. Differentiable in ``s`` through the Newton steps (the seed is piecewise constant).
+
+    Examples:
+        >>> import torch
+        >>> s = torch.tensor([3.0, 10.0, 0.02])
+        >>> bool((approx_reciprocal(s, newton_steps=0) * s - 1).abs().max() <= 2**-6)
+        True
+        >>> bool((approx_reciprocal(s, newton_steps=2) * s - 1).abs().max() < 1e-6)
+        True
     """
     _check_table(table_bits, newton_steps)
     m, k = _leading_one(s.detach())
@@ -74,6 +83,13 @@ def approx_rsqrt(v: torch.Tensor, *, newton_steps: int = 1, table_bits: int = 5)
     ``2^table_bits`` segment midpoints (relative error about ``2^-(table_bits + 2)``); each
     Newton step ``r <- r (3 - v r^2) / 2`` maps a relative error ``e`` to about
     ``1.5 e^2``. Differentiable in ``v`` through the Newton steps.
+
+    Examples:
+        >>> import torch
+        >>> v = torch.tensor([2.0, 50.0, 1e-4])
+        >>> err = lambda r: float((r * v.sqrt() - 1).abs().max())
+        >>> err(approx_rsqrt(v, newton_steps=0)) < 2**-6, err(approx_rsqrt(v)) < 1e-3
+        (True, True)
     """
     _check_table(table_bits, newton_steps)
     m, k = _leading_one(v.detach())
@@ -151,9 +167,9 @@ def approx_softmax(
     constant, so the backward pass is straight-through: the gradient is that of the
     unrounded approximation.
 
-    Entries at ``-inf`` (masked) get exactly 0, and a row masked entirely gives zeros
-    (where softmax gives NaN). Half-precision inputs are computed in float32 and cast
-    back.
+    Entries at ``-inf`` (masked) get exactly 0, and a row masked entirely gives zeros,
+    as every normlab score normalizer (``torch.softmax`` gives NaN). Half-precision inputs
+    are computed in float32 and cast back.
 
     Args:
         x: scores.
@@ -163,6 +179,17 @@ def approx_softmax(
         table_bits: the reciprocal table has ``2^table_bits`` entries.
         guarantee: add the residual ``1 - sum p`` to the largest entry; ``False`` gives the
             same datapath without it (an unguaranteed control, ``sum p != 1``).
+
+    Examples:
+        >>> import torch
+        >>> x = torch.tensor([[1.0, 2.0, 3.0], [0.5, -4.0, 0.0]])
+        >>> p = approx_softmax(x)
+        >>> torch.allclose(p.sum(-1), torch.ones(2)), bool((p - x.softmax(-1)).abs().max() < 0.015)
+        (True, True)
+        >>> approx_softmax(x, frac_bits=8).mul(256).sum(-1).tolist()  # sum p = 1 in fixed point
+        [256.0, 256.0]
+        >>> approx_softmax(torch.full((3,), float("-inf"))).tolist()
+        [0.0, 0.0, 0.0]
     """
     check_float(x)
     _check_table(table_bits, newton_steps)
@@ -200,7 +227,9 @@ def approx_layer_norm(
     table, the Newton steps and rounding left, the output's standard deviation is then
     exact LayerNorm's, ``sqrt(var / (var + eps))`` (1 up to ``eps / var``), to within
     ``3 d^2 / 8``: about 1e-8 with the defaults, below float32 resolution. Constant rows
-    stay 0. Then ``y * weight + bias``.
+    stay 0. Then ``y * weight + bias``. Rows whose magnitude reaches 2^48 are computed as
+    ``x / s`` with ``eps / s^2`` for a power of two ``s`` (an exponent shift in hardware),
+    so huge values give LayerNorm's answer instead of NaN.
 
     Args:
         x: input.
@@ -211,17 +240,32 @@ def approx_layer_norm(
         newton_steps: Newton steps of the inverse square root.
         table_bits: the inverse-square-root table has ``2^table_bits`` entries.
         renormalize: apply the measured-variance correction (the guarantee).
+
+    Examples:
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> x = torch.randn(4, 16)
+        >>> y = approx_layer_norm(x, (16,), newton_steps=0)
+        >>> torch.allclose(y.std(-1, correction=0), torch.ones(4), atol=1e-4)
+        True
+        >>> torch.allclose(y, torch.nn.functional.layer_norm(x, (16,)), atol=1e-3)
+        True
     """
     check_float(x)
     check_trailing_shape(x, normalized_shape)
     xf = upcast(x)
     dims = tuple(range(-len(normalized_shape), 0))
+    s = row_scale(xf, dims)
+    e: float | torch.Tensor = eps
+    if s is not None:
+        xf = xf / s
+        e = (eps / s / s).clamp_min(torch.finfo(s.dtype).tiny)
     xc = xf - xf.mean(dims, keepdim=True)
     var = xc.square().mean(dims, keepdim=True)
-    r = approx_rsqrt(var + eps, newton_steps=newton_steps, table_bits=table_bits)
+    r = approx_rsqrt(var + e, newton_steps=newton_steps, table_bits=table_bits)
     y = xc * r
     if renormalize:
-        u = y.square().mean(dims, keepdim=True) + eps * r.square()
+        u = y.square().mean(dims, keepdim=True) + e * r.square()
         y = y * (1.5 - 0.5 * u)
     if weight is not None:
         y = y * weight.to(y.dtype)
@@ -238,7 +282,17 @@ def softmax_approximation_error(
     newton_steps: int | None = 1,
     table_bits: int = 5,
 ) -> float:
-    """Largest ``|approx_softmax(x) - softmax(x)|`` over ``x``, the reference in float64."""
+    """Largest ``|approx_softmax(x) - softmax(x)|`` over ``x``, the reference in float64.
+
+    Examples:
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> x = 3 * torch.randn(8, 32)
+        >>> softmax_approximation_error(x, newton_steps=None) < 0.0149  # the 2^f ~ 1 + f bound
+        True
+        >>> softmax_approximation_error(x, frac_bits=4) > softmax_approximation_error(x)
+        True
+    """
     with torch.no_grad():
         approx = approx_softmax(
             x, dim, frac_bits=frac_bits, newton_steps=newton_steps, table_bits=table_bits
@@ -258,7 +312,17 @@ def layer_norm_approximation_error(
     table_bits: int = 5,
     renormalize: bool = True,
 ) -> float:
-    """Largest ``|approx_layer_norm(x) - layer_norm(x)|`` over ``x``, reference in float64."""
+    """Largest ``|approx_layer_norm(x) - layer_norm(x)|`` over ``x``, reference in float64.
+
+    Examples:
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> x = torch.randn(8, 64)
+        >>> layer_norm_approximation_error(x, (64,), newton_steps=0) < 1e-3
+        True
+        >>> layer_norm_approximation_error(x, (64,), newton_steps=0, renormalize=False) > 1e-3
+        True
+    """
     with torch.no_grad():
         approx = approx_layer_norm(
             x,

@@ -53,6 +53,16 @@ def kappa_exp(x: torch.Tensor, kappa: float) -> torch.Tensor:
     cancellation of ``sqrt(1 + k^2 x^2) + k x`` at large negative ``x``. It tends to
     ``exp(x)`` as ``k -> 0`` (``kappa = 0`` gives ``exp``), is even in ``k``, and decays
     algebraically, ``exp_k(x) ~ (2 k |x|)^(-1/k)`` as ``x -> -inf`` (Kaniadakis, 2001).
+
+    Examples:
+        >>> import torch
+        >>> x = torch.tensor([-30.0, 0.0, 2.0])
+        >>> torch.allclose(kappa_exp(x, 0.0), x.exp())
+        True
+        >>> torch.equal(kappa_exp(x, -0.3), kappa_exp(x, 0.3))  # even in kappa
+        True
+        >>> bool(kappa_exp(x, 0.3)[0] > 1e3 * x.exp()[0])  # an algebraic, not exponential, tail
+        True
     """
     check_float(x)
     k = abs(_real("kappa", kappa, -1.0, 1.0, "the kappa-exponential needs |kappa| < 1"))
@@ -66,6 +76,14 @@ def kappa_log(x: torch.Tensor, kappa: float) -> torch.Tensor:
     """Kaniadakis kappa-logarithm ``ln_k(x) = (x^k - x^(-k)) / (2k) = sinh(k ln x) / k``.
 
     The inverse of :func:`kappa_exp`; ``kappa = 0`` gives ``log``.
+
+    Examples:
+        >>> import torch
+        >>> x = torch.tensor([-3.0, 0.0, 2.0], dtype=torch.float64)
+        >>> torch.allclose(kappa_log(kappa_exp(x, 0.3), 0.3), x)
+        True
+        >>> float(kappa_log(torch.tensor(1.0), 0.5))
+        0.0
     """
     check_float(x)
     k = abs(_real("kappa", kappa, -1.0, 1.0, "the kappa-logarithm needs |kappa| < 1"))
@@ -103,6 +121,15 @@ def kappa_softmax(
         kappa: in ``[0, 1)``; below ``1e-6`` the result is softmax (the operator is even in
             ``kappa`` and differs from softmax by ``O(kappa^2)``).
         tau: temperature: the scores are divided by ``tau > 0``.
+
+    Examples:
+        >>> import torch
+        >>> x = torch.tensor([[0.0, 1.0, -50.0]])
+        >>> p = kappa_softmax(x, kappa=0.3)
+        >>> round(float(p.sum()), 5), bool(p[0, 2] > 1e10 * x.softmax(-1)[0, 2])
+        (1.0, True)
+        >>> torch.allclose(kappa_softmax(x, kappa=1e-7), x.softmax(-1))
+        True
     """
     check_float(x)
     check_min_rank(x, 1, "(..., n) with the scores along dim")
@@ -217,6 +244,15 @@ def abe_softmax(x: torch.Tensor, dim: int = -1, q: float = 1.2, tau: float = 1.0
         q: in ``[1/2, 2]``; ``q`` and ``1/q`` are the same operator, and within ``1e-6``
             of 1 the result is softmax.
         tau: temperature: the scores are divided by ``tau > 0``.
+
+    Examples:
+        >>> import torch
+        >>> x = torch.tensor([[0.0, 1.0, -50.0]])
+        >>> p = abe_softmax(x, q=1.5)
+        >>> round(float(p.sum()), 5), torch.allclose(p, abe_softmax(x, q=1 / 1.5))
+        (1.0, True)
+        >>> bool(p[0, 2] > 1e10 * x.softmax(-1)[0, 2])  # an algebraic tail
+        True
     """
     check_float(x)
     check_min_rank(x, 1, "(..., n) with the scores along dim")

@@ -18,6 +18,7 @@ import torch
 
 from normlab._checks import check_float
 from normlab.functional._precision import upcast
+from normlab.functional.norms import row_scale
 
 __all__ = [
     "RULES",
@@ -60,6 +61,14 @@ def quadrature_weights_1d(
       smooth periodic functions, so no other rule improves on it.
 
     A single sample (``n = 1``) gets the whole weight.
+
+    Examples:
+        >>> import torch
+        >>> quadrature_weights_1d(5, "trapezoid")
+        tensor([0.1250, 0.2500, 0.2500, 0.2500, 0.1250], dtype=torch.float64)
+        >>> x = torch.linspace(0, 1, 6, dtype=torch.float64)
+        >>> float((quadrature_weights_1d(6, "simpson") * x**3).sum())  # exact: 1/4
+        0.25
     """
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"A grid needs at least one sample, got n={n!r}.")
@@ -134,6 +143,13 @@ def quadrature_weights(
         shape: the grid's size in each dimension.
         rule: ``"uniform"``, ``"trapezoid"`` or ``"simpson"``.
         periodic: one flag, or one per dimension; periodic dimensions get uniform weights.
+
+    Examples:
+        >>> w = quadrature_weights((3, 5), periodic=(True, False))
+        >>> w.shape, round(float(w.sum()), 6)
+        (torch.Size([3, 5]), 1.0)
+        >>> w[0].tolist() == w[2].tolist(), bool(w[0, 0] < w[0, 1])  # uniform rows, trapezoid
+        (True, True)
     """
     shape = tuple(int(s) for s in shape)
     _check_rule(rule)
@@ -150,6 +166,26 @@ def _check_grid(x: torch.Tensor) -> None:
         )
 
 
+def _scaled_moments(
+    x: torch.Tensor, rule: str, periodic: bool | Sequence[bool]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(u, mu_u, var_u, s)``: the moments of ``u = x / s`` with ``s`` from
+    :func:`~normlab.functional.norms.row_scale` per sample (None: ``u = x``, unscaled)."""
+    _check_grid(x)
+    xf = upcast(x)
+    s = row_scale(xf, tuple(range(1, x.dim())))
+    u = xf if s is None else xf / s
+    dims = tuple(range(2, x.dim()))
+    w = quadrature_weights(x.shape[2:], rule, periodic=periodic, dtype=xf.dtype, device=x.device)
+    mu = (u * w).sum(dims, keepdim=True)
+    var = ((u - mu).square() * w).sum(dims, keepdim=True)
+    return u, mu, var, s
+
+
+def _eps(eps: float, s: torch.Tensor | None) -> float | torch.Tensor:
+    return eps if s is None else (eps / s / s).clamp_min(torch.finfo(s.dtype).tiny)
+
+
 def quad_moments(
     x: torch.Tensor,
     rule: Rule = "trapezoid",
@@ -161,15 +197,22 @@ def quad_moments(
     ``mu = sum w x / sum w`` and ``var = sum w (x - mu)^2 / sum w`` over the grid
     dimensions of ``x`` of shape ``(batch, channels, *grid)``, with the weights of
     :func:`quadrature_weights`. Both come back with shape ``(batch, channels, 1, ...)`` in
-    the compute dtype (float32 for half inputs).
+    the compute dtype (float32 for half inputs). Samples whose magnitude reaches 2^48 are
+    computed on ``x / s`` for a power of two ``s`` and scaled back, so the variance is
+    finite wherever it fits the dtype.
+
+    Examples:
+        >>> import torch
+        >>> f = torch.linspace(0, 1, 5).square().view(1, 1, 5)  # t^2, whose mean is 1/3
+        >>> [round(float(quad_moments(f, r)[0]), 4) for r in ("uniform", "trapezoid", "simpson")]
+        [0.375, 0.3438, 0.3333]
+        >>> quad_moments(torch.ones(2, 3, 4, 4))[1].shape
+        torch.Size([2, 3, 1, 1])
     """
-    _check_grid(x)
-    xf = upcast(x)
-    dims = tuple(range(2, x.dim()))
-    w = quadrature_weights(x.shape[2:], rule, periodic=periodic, dtype=xf.dtype, device=x.device)
-    mu = (xf * w).sum(dims, keepdim=True)
-    var = ((xf - mu).square() * w).sum(dims, keepdim=True)
-    return mu, var
+    _, mu, var, s = _scaled_moments(x, rule, periodic)
+    if s is None:
+        return mu, var
+    return mu * s, var * s * s
 
 
 def _affine(
@@ -205,9 +248,24 @@ def quad_norm(
         rule: ``"uniform"``, ``"trapezoid"`` or ``"simpson"``.
         periodic: periodic (endpoint-exclusive) grid dimensions, which get uniform weights.
         eps: added to the variance.
+
+    Samples whose magnitude reaches 2^48 are normalized as ``x / s`` with ``eps / s^2``
+    for a power of two ``s``: the same function, without the overflow of the variance
+    (which gave zeros from about 1e19 in float32).
+
+    Examples:
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> x = torch.randn(2, 3, 16)
+        >>> mu, var = quad_moments(quad_norm(x))
+        >>> bool(mu.abs().max() < 1e-5), torch.allclose(var, torch.ones_like(var), atol=1e-3)
+        (True, True)
+        >>> uniform = quad_norm(x, rule="uniform")
+        >>> torch.allclose(uniform, torch.nn.functional.instance_norm(x), atol=1e-5)
+        True
     """
-    mu, var = quad_moments(x, rule, periodic=periodic)
-    y = (upcast(x) - mu) * torch.rsqrt(var + eps)
+    u, mu, var, s = _scaled_moments(x, rule, periodic)
+    y = (u - mu) * torch.rsqrt(var + _eps(eps, s))
     return _affine(y, weight, bias).to(x.dtype)
 
 
@@ -233,17 +291,28 @@ def blend_quad_norm(
     The seed names BlendQuadNorm as staying close to LayerNorm (alpha = 0.3 for periodic
     FNO) without giving its formula; this blend of the normalized values before a shared
     per-channel affine is normlab's choice. ``alpha = 1`` is QuadNorm, ``alpha = 0`` the
-    quadrature LayerNorm.
+    quadrature LayerNorm. Huge samples are computed as ``x / s`` with ``eps / s^2`` (see
+    :func:`quad_norm`).
+
+    Examples:
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> x = torch.randn(2, 3, 8, 8)
+        >>> torch.allclose(blend_quad_norm(x, alpha=1.0), quad_norm(x))
+        True
+        >>> z = blend_quad_norm(x, alpha=0.0, rule="uniform")  # GroupNorm with one group
+        >>> torch.allclose(z, torch.nn.functional.group_norm(x, 1), atol=1e-5)
+        True
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha is a blend weight in [0, 1], got {alpha}.")
-    mu, var = quad_moments(x, rule, periodic=periodic)
-    xf = upcast(x)
-    z = (xf - mu) * torch.rsqrt(var + eps)
+    u, mu, var, s = _scaled_moments(x, rule, periodic)
+    e = _eps(eps, s)
+    z = (u - mu) * torch.rsqrt(var + e)
     if alpha < 1.0:
         # Per-sample moments over (C, *grid): average the per-channel moments over channels
         # (law of total variance), which uses the same grid weights.
         mu_l = mu.mean(1, keepdim=True)
         var_l = (var + (mu - mu_l).square()).mean(1, keepdim=True)
-        z = alpha * z + (1.0 - alpha) * (xf - mu_l) * torch.rsqrt(var_l + eps)
+        z = alpha * z + (1.0 - alpha) * (u - mu_l) * torch.rsqrt(var_l + e)
     return _affine(z, weight, bias).to(x.dtype)

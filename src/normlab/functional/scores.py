@@ -13,12 +13,31 @@ __all__ = ["clipped_softmax", "null_mass", "softmax", "softmax1"]
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``exp(x_i) / sum_j exp(x_j)``, computed in float32 for half inputs.
 
-    Exactly ``torch.softmax``: a row masked entirely with ``-inf`` gives NaN, as in torch
-    (the normalizers that leave mass for "nothing", softmax1, clipped softmax, sparsemax and
-    1.5-entmax, give zeros instead).
+    ``torch.softmax`` except on a row masked entirely with ``-inf``: normlab's softmax
+    returns zeros there ("attend to nothing"), with zero gradients, where torch returns
+    NaN. Every score normalizer in normlab does the same (softmax1, clipped softmax,
+    sparsemax, 1.5-entmax, kappa- and Abe softmax, approximate softmax). Rows holding NaN
+    still give NaN.
+
+    Examples:
+        >>> import torch
+        >>> x = torch.tensor([[1.0, 2.0, float("-inf")], [float("-inf")] * 3])
+        >>> softmax(x)
+        tensor([[0.2689, 0.7311, 0.0000],
+                [0.0000, 0.0000, 0.0000]])
+        >>> torch.softmax(x, -1)[1].isnan().all().item()  # torch's softmax gives NaN
+        True
     """
     check_float(x)
-    return torch.softmax(upcast(x), dim=dim).to(x.dtype)
+    xf = upcast(x)
+    if xf.numel() == 0:
+        return torch.softmax(xf, dim=dim).to(x.dtype)
+    dead = torch.isneginf(xf.amax(dim=dim, keepdim=True))
+    if not bool(dead.any()):
+        return torch.softmax(xf, dim=dim).to(x.dtype)
+    # a finite stand-in for a dead row keeps NaN out of the forward and the backward pass
+    p = torch.softmax(xf.masked_fill(dead, 0.0), dim=dim)
+    return p.masked_fill(dead, 0.0).to(x.dtype)
 
 
 def softmax1(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -31,6 +50,15 @@ def softmax1(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     stable form shifts the implicit 1 as well: with ``m = max(0, max_j x_j)``,
     ``p_i = exp(x_i - m) / (exp(-m) + sum_j exp(x_j - m))``, which equals
     ``softmax([0, x])[1:]``. A row masked entirely with ``-inf`` gives zeros, not NaN.
+
+    Examples:
+        >>> import torch
+        >>> p = softmax1(torch.zeros(1, 3))
+        >>> p, null_mass(p)
+        (tensor([[0.2500, 0.2500, 0.2500]]), tensor([0.2500]))
+        >>> x = torch.tensor([3.0, -1.0, 100.0])
+        >>> torch.allclose(softmax1(x), torch.softmax(torch.cat([torch.zeros(1), x]), 0)[1:])
+        True
     """
     check_float(x)
     xf = upcast(x)
@@ -40,7 +68,13 @@ def softmax1(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 def null_mass(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """``max(0, 1 - sum p)`` along ``dim``: the weight a score normalizer gave to nothing."""
+    """``max(0, 1 - sum p)`` along ``dim``: the weight a score normalizer gave to nothing.
+
+    Examples:
+        >>> import torch
+        >>> null_mass(torch.tensor([[0.25, 0.25], [0.5, 0.5]]))
+        tensor([0.5000, 0.0000])
+    """
     return (1.0 - upcast(p).sum(dim=dim)).clamp_min(0.0)
 
 
@@ -53,8 +87,16 @@ def clipped_softmax(
     head assign exact zeros without pushing logits to extremes, which removes the outliers
     heads create to "do nothing". Defaults are the BERT setting (``gamma = -0.025``,
     ``zeta = 1``); OPT uses ``gamma = -12 / T``. Rows need not sum to 1. A row masked
-    entirely with ``-inf`` gives zeros (attend to nothing), like softmax1 and sparsemax,
-    where plain softmax gives NaN.
+    entirely with ``-inf`` gives zeros (attend to nothing), like every normlab score
+    normalizer (``torch.softmax`` gives NaN there).
+
+    Examples:
+        >>> import torch
+        >>> x = torch.tensor([[0.0, 0.0, -10.0]])
+        >>> clipped_softmax(x)  # an exact zero where softmax gives 4.5e-5
+        tensor([[0.4875, 0.4875, 0.0000]])
+        >>> clipped_softmax(x, gamma=0.0).tolist() == torch.softmax(x, -1).tolist()
+        True
     """
     check_float(x)
     if not zeta > gamma:

@@ -65,6 +65,12 @@ def sparsemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     and ``tau = (sum_{j<=k} x_(j) - 1) / k``. Its Jacobian is
     ``diag(s) - s s^T / |S|`` for the support indicator ``s``, so the backward pass is
     ``s * (v - mean_S(v))``. Half-precision inputs are computed in float32.
+
+    Examples:
+        >>> import torch
+        >>> sparsemax(torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 0.0]]))
+        tensor([[0.6000, 0.4000, 0.0000],
+                [0.3333, 0.3333, 0.3333]])
     """
     check_float(x)
     check_min_rank(x, 1, "(..., n) with the scores along dim")
@@ -77,7 +83,13 @@ def sparsemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 def entmax_available() -> bool:
-    """Whether the optional ``entmax`` package (extra ``normlab[sparse]``) is installed."""
+    """Whether the optional ``entmax`` package (extra ``normlab[sparse]``) is installed.
+
+    Examples:
+        >>> import importlib.util
+        >>> entmax_available() == (importlib.util.find_spec("entmax") is not None)
+        True
+    """
     try:
         return importlib.util.find_spec("entmax") is not None
     except ValueError:  # in sys.modules without a spec, e.g. blocked with None
@@ -94,6 +106,12 @@ def entmax15(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Raises:
         ImportError: when ``entmax`` is not installed; ``pip install entmax``.
+
+    Examples:
+        >>> import torch
+        >>> p = entmax15(torch.tensor([[2.0, 1.0, -2.0]]))  # needs normlab[sparse]
+        >>> p, round(float(p.sum()), 5)
+        (tensor([[0.8307, 0.1693, 0.0000]]), 1.0)
     """
     check_float(x)
     check_min_rank(x, 1, "(..., n) with the scores along dim")

@@ -17,18 +17,21 @@ transform), a weight of exactly ``normalized_shape``, softmax over the last dime
 Anything else takes the plain path. Autograd saves the input and one fp32 statistic per row
 (:mod:`normlab.kernels.autograd`); ``torch.compile`` sees the kernels as custom ops.
 
-The switch: ``NORMLAB_KERNELS=0`` in the environment turns the fast paths off for the whole
-process; :func:`use_kernels` turns them off or on at runtime, for good or inside a ``with``
-block. :func:`normlab.papers.paper` keys: ``rmsnorm``, ``layernorm``, ``dyt``, ``softmax1``.
+Turning them off: per layer, ``RMSNorm(d, backend="torch")`` (also ``LayerNorm``, ``DyT``)
+always takes the plain path; for a block of code, ``with normlab.kernels.disabled(): ...``
+(the plain path while the block runs, in every thread; compiled graphs are re-traced);
+for a whole process, ``NORMLAB_KERNELS=0`` in the environment, read once at import: the one
+documented exception to "no global switches". :func:`normlab.papers.paper` keys:
+``rmsnorm``, ``layernorm``, ``dyt``, ``softmax1``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from math import prod
-from types import TracebackType
 
 import torch
 from torch import nn
@@ -37,53 +40,62 @@ from normlab import functional as NF
 from normlab._checks import check_float, check_trailing_shape
 
 __all__ = [
+    "BACKENDS",
     "add_rms_norm",
     "available",
+    "check_backend",
+    "disabled",
     "dyt",
-    "is_enabled",
+    "enabled",
     "layer_norm",
     "rms_norm",
     "softmax1",
-    "use_kernels",
 ]
 
-_ON = {"on": os.environ.get("NORMLAB_KERNELS", "1").strip().lower() not in ("0", "off", "false")}
+#: The layers' ``backend`` argument: "kernel" (the fast path where it applies) or "torch".
+BACKENDS = ("kernel", "torch")
+_ENV_ON = os.environ.get("NORMLAB_KERNELS", "1").strip().lower() not in ("0", "off", "false")
+_DISABLED = {"depth": 0}  # open ``disabled()`` blocks; a dict so torch.compile guards on it
 _PLAIN = (torch.Tensor, nn.Parameter)
 _READY: dict[str, bool] = {}
 _MAX_CUDA_D = 65536  # triton_kernels.MAX_D: one row per program
 _CUDA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-class use_kernels:
-    """Turn the fast paths on or off: at once, and back on leaving a ``with`` block.
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Inside the ``with`` block every call takes the plain torch path.
 
-    ``normlab.kernels.use_kernels(False)`` switches them off for the process;
-    ``with normlab.kernels.use_kernels(False): ...`` only inside the block.
+    Example:
+        >>> import torch, normlab.kernels as K
+        >>> with K.disabled():
+        ...     K.enabled()
+        False
     """
-
-    def __init__(self, flag: bool) -> None:
-        self._previous = _ON["on"]
-        _ON["on"] = bool(flag)
-
-    def __enter__(self) -> use_kernels:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        _ON["on"] = self._previous
+    _DISABLED["depth"] += 1
+    try:
+        yield
+    finally:
+        _DISABLED["depth"] -= 1
 
 
-def is_enabled() -> bool:
-    """Whether the fast paths are switched on (they still apply only where they can)."""
-    return _ON["on"]
+def enabled() -> bool:
+    """Whether the fast paths may run here (not in ``disabled()``, ``NORMLAB_KERNELS`` unset)."""
+    return _ENV_ON and _DISABLED["depth"] == 0
+
+
+def check_backend(backend: str) -> str:
+    """``backend`` if it is one of :data:`BACKENDS`, else a ValueError saying the choices."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}.")
+    return backend
 
 
 def _device_ready(kind: str) -> bool:
     ready = _READY.get(kind)
     if ready is None:
-        if torch.compiler.is_compiling():  # decided by the first eager call (see available)
-            return False
+        if torch.compiler.is_compiling():  # the op decides when it runs (_ops.backend)
+            return kind in ("cpu", "cuda")
         if kind == "cpu":
             from normlab.kernels import cpu
 
@@ -98,15 +110,15 @@ def _device_ready(kind: str) -> bool:
 def available(device: str | torch.device = "cpu") -> bool:
     """Whether a fast path exists on ``device`` (builds the CPU library if needed).
 
-    The answer is decided once per process by the first eager call of a kernel (or of this
-    function); a model compiled before any eager call takes the plain path inside the
-    compiled graph, so call ``available()`` first when compiling straight away.
+    The answer is decided once per process, by the first call of a kernel or of this
+    function. A model compiled before that holds normlab's custom ops all the same; they
+    load the library when they first run (and compute in plain torch where it is missing).
     """
     return _device_ready(torch.device(device).type)
 
 
 def _applies(x: torch.Tensor, *params: torch.Tensor | None, d: int | None = None) -> bool:
-    if not _ON["on"] or type(x) not in _PLAIN or x.dim() == 0:
+    if not enabled() or type(x) not in _PLAIN or x.dim() == 0:
         return False
     if x.device.type == "cuda" and (d if d is not None else x.shape[-1]) > _MAX_CUDA_D:
         return False

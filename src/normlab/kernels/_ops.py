@@ -3,7 +3,10 @@
 Eager code calls the backend module (:mod:`normlab.kernels.cpu` or
 :mod:`normlab.kernels.triton_kernels`) directly, which skips the dispatcher's overhead;
 under ``torch.compile`` :func:`call` goes through ``torch.ops.normlab.*``, whose fake
-implementations give the output shapes without running anything.
+implementations give the output shapes without running anything. A graph traced before
+the kernels were ever loaded still holds these ops: the device's library is loaded (or
+built) when the op first runs, and where it cannot be, the op runs
+:mod:`normlab.kernels._fallback`, the same operation in plain torch.
 """
 
 # no ``from __future__ import annotations``: custom_op reads the annotations at runtime
@@ -17,7 +20,13 @@ __all__ = ["backend", "call"]
 
 
 def backend(x: Tensor) -> Any:
-    """The kernel module for ``x``'s device."""
+    """The kernel module for ``x``'s device (the plain-torch one where it has none)."""
+    from normlab.kernels import _device_ready
+
+    if not _device_ready(x.device.type):
+        from normlab.kernels import _fallback
+
+        return _fallback
     if x.device.type == "cpu":
         from normlab.kernels import cpu
 

@@ -16,15 +16,30 @@ torch 2.13 CPU; ratios in one run, medians of repeats, see ``normlab bench``):
 Latency a user pays: the first call on a machine builds the library (measured 1.8 s wall,
 ~1.5 s CPU; up to ~6 s on a heavily loaded machine) into ``$NORMLAB_CACHE/kernels/<hash>/``
 (the hash covers the source, compiler flags, compiler version and CPU flags, so another
-machine or a new version rebuilds); later processes load the cached library in ~3 ms. A
+machine or a new version rebuilds); later processes load the cached library in ~3 ms. The
+library is written atomically with a manifest of its size and SHA-256 beside it; before
+loading, the file is checked against the manifest, and a truncated, empty or altered file
+(or a missing manifest) is rebuilt rather than loaded (a truncated shared object would
+crash the process with SIGBUS when mapped). A
 call adds ~15-60 us of Python and ctypes overhead to the kernel (measured on a loaded
 2-core machine; the dispatch through ``torch.autograd.Function`` is most of it). When no
-compiler is present or the build fails, :func:`library` returns ``None`` and the layers
-silently take the plain torch path.
+compiler is present, :func:`library` returns ``None`` and the layers take the plain torch
+path; where a compiler is present but the build fails, it also warns once.
 
-Measured (1 thread, medians of 5 interleaved repeats, (8192, 1024)): RMSNorm forward fp32
-0.87x copy bandwidth and 3.5x ``F.rms_norm``, bf16 6.5x ``F.rms_norm``; forward+backward
-fp32 7x ``F.rms_norm``'s; full table in ``normlab bench``.
+Memory: the kernels' scratch buffers (the weight-gradient partials, softmax1's row
+buffers) are kept per thread and reused across calls. Outputs are fresh tensors; glibc
+serves blocks above its mmap ceiling (32 MB at most) with fresh pages, and the page faults
+then cost more than the arithmetic (~0.17x copy bandwidth for a 32 MB output measured
+here). The remedy for a CPU process is an allocator setting, ``MALLOC_MMAP_MAX_=0
+MALLOC_TRIM_THRESHOLD_=<large>`` (or ``LD_PRELOAD`` of jemalloc / tcmalloc); ``normlab
+bench`` shows both regimes.
+
+Measured (2 threads, medians of 7 interleaved repeats, machine load average 8.2-8.8 on
+2 cores, (8192, 1024) / (2048, 4096)): RMSNorm forward fp32 1.13 / 0.93x copy bandwidth
+and 4.4 / 4.2x ``F.rms_norm``, bf16 0.99 / 1.02x copy and 6.3 / 6.4x ``F.rms_norm``;
+forward+backward fp32 4.1x ``F.rms_norm``'s and 2.0 / 2.3x ``torch.compile``'s; full table
+in ``normlab bench``. bfloat16 outputs are rounded with AVX512-BF16's ``vcvtneps2bf16``
+where the CPU has it (a third of the scalar rounding's time).
 
 ``tanh`` (for DyT) is computed with a vectorised odd Taylor series for ``|z| < 0.4`` and
 ``1 - 2 / (1 + exp(2|z|))`` beyond, with a Cody-Waite exp; the result stays within 1e-6 of
@@ -35,16 +50,33 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import platform
 import shutil
 import subprocess
 import threading
+import warnings
 from pathlib import Path
 
 import torch
 
-__all__ = ["DTYPES", "FLAGS", "build", "library", "reset"]
+__all__ = [
+    "DTYPES",
+    "FLAGS",
+    "build",
+    "dyt_bwd",
+    "dyt_fwd",
+    "intact",
+    "library",
+    "ln_bwd",
+    "ln_fwd",
+    "reset",
+    "rms_bwd",
+    "rms_fwd",
+    "softmax1_bwd",
+    "softmax1_fwd",
+]
 
 #: Input dtypes the CPU library handles (bfloat16 is passed as its 16 raw bits).
 DTYPES = (torch.float32, torch.bfloat16)
@@ -63,11 +95,13 @@ _SIGNATURES: dict[str, tuple[type, ...]] = {
     "nl_ln_bwd": (_I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _L, _L, _I),
     "nl_dyt_fwd": (_I, _P, _F, _P, _P, _P, _L, _L, _I),
     "nl_dyt_bwd": (_I, _P, _P, _F, _P, _P, _P, _P, _P, _P, _P, _P, _L, _L, _I),
-    "nl_softmax1_fwd": (_I, _P, _P, _L, _L, _I),
+    "nl_softmax1_fwd": (_I, _P, _P, _P, _L, _L, _I),
     "nl_softmax1_bwd": (_I, _P, _P, _P, _L, _L, _I),
 }
+_VERSION = 3  # nl_version() of csrc/norms.cpp
 _lock = threading.Lock()
 _state: dict[str, ctypes.CDLL | None] = {}
+_scratch = threading.local()  # per-thread reusable float32 workspace
 
 
 def _compiler() -> str | None:
@@ -90,13 +124,34 @@ def _cache_root() -> Path:
     return cache_dir() / "kernels"
 
 
+def _manifest(target: Path) -> Path:
+    return target.with_suffix(".json")
+
+
+def _digest(data: bytes) -> dict[str, object]:
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def intact(target: Path) -> bool:
+    """Whether ``target`` is the complete file its manifest (written at build time) records."""
+    try:
+        recorded = json.loads(_manifest(target).read_text())
+        data = target.read_bytes()
+    except (OSError, ValueError):
+        return False
+    return isinstance(recorded, dict) and recorded == _digest(data)
+
+
 def build(compiler: str | None = None) -> Path:
     """Compile ``csrc/norms.cpp`` into the cache (once per machine and source) and return it.
+
+    A cached library is used only when it matches the size and SHA-256 recorded when it
+    was written; otherwise it is rebuilt.
 
     Raises:
         RuntimeError: no C++ compiler was found, or it failed (with its message).
     """
-    from normlab._io import file_lock
+    from normlab._io import atomic_write_bytes, atomic_write_json, file_lock
 
     cxx = compiler or _compiler()
     if cxx is None:
@@ -110,20 +165,25 @@ def build(compiler: str | None = None) -> Path:
     ).hexdigest()[:16]
     folder = _cache_root() / key
     target = folder / "libnormlab_kernels.so"
-    if target.exists():
+    if intact(target):
         return target
     folder.mkdir(parents=True, exist_ok=True)
     with file_lock(folder / "build.lock"):
-        if target.exists():  # another process built it while we waited
+        if intact(target):  # another process built it while we waited
             return target
         tmp = folder / f"tmp-{os.getpid()}.so"
-        done = subprocess.run(
-            [cxx, *FLAGS, "-o", str(tmp), str(_SOURCE)], capture_output=True, text=True
-        )
-        if done.returncode != 0:
+        try:
+            done = subprocess.run(
+                [cxx, *FLAGS, "-o", str(tmp), str(_SOURCE)], capture_output=True, text=True
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"building the CPU kernels failed:\n{done.stderr[-2000:]}")
+            data = tmp.read_bytes()
+        finally:
             tmp.unlink(missing_ok=True)
-            raise RuntimeError(f"building the CPU kernels failed:\n{done.stderr[-2000:]}")
-        os.replace(tmp, target)
+        _manifest(target).unlink(missing_ok=True)  # no window where an old manifest vouches
+        atomic_write_bytes(target, data)
+        atomic_write_json(_manifest(target), _digest(data))
     return target
 
 
@@ -133,7 +193,7 @@ def _load(path: Path) -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.argtypes = list(args)
         fn.restype = None
-    if lib.nl_version() != 2:
+    if lib.nl_version() != _VERSION:
         raise RuntimeError("stale CPU kernel library")
     return lib
 
@@ -146,8 +206,16 @@ def library() -> ctypes.CDLL | None:
         if "lib" not in _state:
             try:
                 _state["lib"] = _load(build())
-            except Exception:  # no compiler, a failed build, an unloadable file: plain path
+            except Exception as err:  # no compiler, a failed build, an unloadable file
                 _state["lib"] = None
+                if _compiler() is not None:
+                    warnings.warn(
+                        f"normlab's CPU kernels are unavailable ({err}); the layers take the "
+                        "plain torch path. Check the C++ compiler ($CXX) or set "
+                        "NORMLAB_KERNELS=0 to silence this.",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
     return _state["lib"]
 
 
@@ -184,12 +252,39 @@ def _empty() -> torch.Tensor:
     return torch.empty(0)
 
 
+def _work(*sizes: int) -> list[torch.Tensor]:
+    """Float32 scratch tensors of ``sizes`` elements, carved from this thread's reused buffer.
+
+    Valid until the next call on this thread; the kernels write them before reading.
+    """
+    need = sum(sizes)
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.numel() < need:
+        buf = _scratch.buf = torch.empty(max(need, 1), dtype=torch.float32)
+    out, at = [], 0
+    for n in sizes:
+        out.append(buf[at : at + n])
+        at += n
+    return out
+
+
+def _filled(value: float, d: int) -> torch.Tensor:
+    """A read-only float32 vector of ``d`` copies of ``value`` (kept per thread)."""
+    cache = getattr(_scratch, "filled", None)
+    if cache is None:
+        cache = _scratch.filled = {}
+    t = cache.get((value, d))
+    if t is None:
+        t = cache[(value, d)] = torch.full((d,), value)
+    return t
+
+
 def _ones(w: torch.Tensor | None, d: int) -> torch.Tensor:
-    return torch.ones(d) if w is None else w
+    return _filled(1.0, d) if w is None else w
 
 
 def _zeros(b: torch.Tensor | None, d: int) -> torch.Tensor:
-    return torch.zeros(d) if b is None else b
+    return _filled(0.0, d) if b is None else b
 
 
 def rms_fwd(
@@ -207,10 +302,8 @@ def rms_fwd(
     return (x.new_empty(0) if s is None else s), y, rstd
 
 
-def _blocks(d: int, need: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    if not need:
-        return None, None
-    return torch.empty(_lib().nl_blocks(), d), torch.empty(d)
+def _grad_vec(d: int, need: bool) -> torch.Tensor | None:
+    return torch.empty(d) if need else None
 
 
 def rms_bwd(
@@ -225,8 +318,8 @@ def rms_bwd(
     rows, d = x.shape
     w1 = _ones(w, d)  # kept alive until the call returns
     dx = torch.empty_like(x)
-    part, dw = _blocks(d, True)  # the partial buffer is always written
-    dw = dw if need_dw else None
+    (part,) = _work(_lib().nl_blocks() * d)  # the partial buffer is always written
+    dw = _grad_vec(d, need_dw)
     _lib().nl_rms_bwd(
         _bf(x), _ptr(dy), _ptr(x), _ptr(w1), _ptr(rstd), _ptr(dsum), _ptr(dx), _ptr(part),
         _ptr(dw), rows, d, _threads(),
@@ -270,8 +363,10 @@ def ln_bwd(
     rows, d = x.shape
     w1 = _ones(w, d)  # kept alive until the call returns
     dx = torch.empty_like(x)
-    pw, dw = _blocks(d, need_dw)
-    pb, db = _blocks(d, need_db)
+    nb = _lib().nl_blocks() * d
+    pw, pb = _work(nb if need_dw else 0, nb if need_db else 0)
+    pw, pb = (pw if need_dw else None), (pb if need_db else None)
+    dw, db = _grad_vec(d, need_dw), _grad_vec(d, need_db)
     _lib().nl_ln_bwd(
         _bf(x), _ptr(dy), _ptr(x), _ptr(w1), _ptr(rstd), _ptr(dx), _ptr(pw), _ptr(pb),
         _ptr(dw), _ptr(db), rows, d, _threads(),
@@ -313,10 +408,9 @@ def dyt_bwd(
     rows, d = x.shape
     w1 = _ones(w, d)  # kept alive until the call returns
     dx = torch.empty_like(x)
-    pw, dw = _blocks(d, True)  # the partial buffers are always written
-    pb, db = _blocks(d, True)
-    dw, db = (dw if need_dw else None), (db if need_db else None)
-    pa = torch.empty(_lib().nl_blocks())
+    nb = _lib().nl_blocks()
+    pw, pb, pa = _work(nb * d, nb * d, nb)  # the partial buffers are always written
+    dw, db = _grad_vec(d, need_dw), _grad_vec(d, need_db)
     da = torch.empty(1)
     _lib().nl_dyt_bwd(
         _bf(x), _ptr(dy), _ptr(x), float(alpha), _ptr(w1), _ptr(dx), _ptr(pw), _ptr(pb),
@@ -329,7 +423,9 @@ def softmax1_fwd(x: torch.Tensor) -> torch.Tensor:
     """Off-by-one softmax over the rows of ``x``."""
     rows, d = x.shape
     y = torch.empty_like(x)
-    _lib().nl_softmax1_fwd(_bf(x), _ptr(x), _ptr(y), rows, d, _threads())
+    nt = _threads()
+    (work,) = _work(nt * d)  # one row buffer per thread
+    _lib().nl_softmax1_fwd(_bf(x), _ptr(x), _ptr(y), _ptr(work), rows, d, nt)
     return y
 
 

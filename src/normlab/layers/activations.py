@@ -27,12 +27,26 @@ class ZCSwish(nn.Module):
     "parameterized"); the centering is exact only for standard-normal inputs, see
     :func:`normlab.functional.zc_swish`.
 
+    With ``centred=False`` it is learned-beta Swish, ``x sigmoid(beta_c x)``: the same
+    parameters, without the subtraction of ``m(beta_c)``; the baseline that isolates the
+    centring.
+
     Args:
         num_channels: number of channels, one ``beta`` each.
         beta_init: initial ``beta`` (1 is Swish/SiLU shifted by 0.2066).
         channel_dim: the input dimension holding the channels (1 for ``(B, C, ...)``, -1
             for ``(..., C)``).
         learnable: learn ``beta``; otherwise it is a fixed buffer.
+        centred: subtract ``m(beta_c)`` (ZC-Swish); False gives learned-beta Swish.
+
+    Examples:
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> x = torch.randn(20_000, 4)  # standard normal, channels in dimension 1
+        >>> bool(ZCSwish(4)(x).mean().abs() < 0.01)
+        True
+        >>> round(float(ZCSwish(4, centred=False)(x).detach().mean()), 1)  # Swish's mean
+        0.2
     """
 
     def __init__(
@@ -42,6 +56,7 @@ class ZCSwish(nn.Module):
         beta_init: float = 1.0,
         channel_dim: int = 1,
         learnable: bool = True,
+        centred: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -52,6 +67,7 @@ class ZCSwish(nn.Module):
         self.beta_init = float(beta_init)
         self.channel_dim = channel_dim
         self.learnable = learnable
+        self.centred = centred
         beta = torch.empty(num_channels, device=device, dtype=dtype)
         if learnable:
             self.beta = nn.Parameter(beta)
@@ -76,12 +92,16 @@ class ZCSwish(nn.Module):
                 f"{self.channel_dim}, got shape {tuple(x.shape)}; build it with the input's "
                 "channel count or set channel_dim."
             )
+        if not self.centred:
+            view = [1] * x.dim()
+            view[self.channel_dim] = -1
+            return x * torch.sigmoid(self.beta.view(view) * x)
         return NF.zc_swish(x, self.beta, channel_dim=self.channel_dim)
 
     def extra_repr(self) -> str:
         return (
             f"{self.num_channels}, beta_init={self.beta_init}, channel_dim={self.channel_dim}, "
-            f"learnable={self.learnable}"
+            f"learnable={self.learnable}, centred={self.centred}"
         )
 
 

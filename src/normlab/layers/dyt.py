@@ -31,6 +31,8 @@ class DyT(_AffineNorm):
             study uses 2.0; LLM variants set it per site, see :func:`llm_alpha_init`).
         elementwise_affine: learn the per-feature ``weight`` (and ``bias``).
         bias: learn a bias when ``elementwise_affine``.
+        backend: ``"kernel"`` runs normlab's fused kernel where it applies
+            (:mod:`normlab.kernels`), ``"torch"`` always the plain torch formula.
     """
 
     def __init__(
@@ -42,8 +44,10 @@ class DyT(_AffineNorm):
         bias: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        backend: str = "kernel",
     ) -> None:
         self.alpha_init = float(alpha_init)
+        self.backend = K.check_backend(backend)
         # weight and bias are the affine norms' own (shape checks, init, factory kwargs)
         super().__init__(
             normalized_shape,
@@ -64,7 +68,8 @@ class DyT(_AffineNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_trailing_shape(x, self.normalized_shape)
-        return K.dyt(x, self.alpha, self.weight, self.bias)
+        fn = K.dyt if self.backend == "kernel" else NF.dyt
+        return fn(x, self.alpha, self.weight, self.bias)
 
     def saturation(self, x: torch.Tensor, threshold: float = 2.0) -> float:
         """Fraction of ``x``'s entries with ``|alpha * x| > threshold`` (no gradient)."""
@@ -74,6 +79,7 @@ class DyT(_AffineNorm):
         return (
             f"{self.normalized_shape}, alpha_init={self.alpha_init}, "
             f"elementwise_affine={self.elementwise_affine}"
+            + ("" if self.backend == "kernel" else f", backend={self.backend!r}")
         )
 
 

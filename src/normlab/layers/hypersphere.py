@@ -42,6 +42,12 @@ class HypersphereNorm(nn.Module):
     Args:
         dim: feature size of the last dimension (checked on input).
         eps: floor on the norm so an all-zero vector stays zero.
+
+    Examples:
+        >>> import torch
+        >>> HypersphereNorm(4)(torch.tensor([[3.0, 4.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]))
+        tensor([[0.6000, 0.8000, 0.0000, 0.0000],
+                [0.0000, 0.0000, 0.0000, 0.0000]])
     """
 
     def __init__(self, dim: int, *, eps: float = 1e-12) -> None:
@@ -70,6 +76,11 @@ class LearnedScale(nn.Module):
         size: number of channels.
         init: initial effective value.
         scale: magnitude at which the parameter is stored.
+
+    Examples:
+        >>> s = LearnedScale(4, init=0.05, scale=0.5)
+        >>> s.param.tolist(), [round(v, 4) for v in s().tolist()]
+        ([0.5, 0.5, 0.5, 0.5], [0.05, 0.05, 0.05, 0.05])
     """
 
     def __init__(
@@ -109,6 +120,15 @@ class HypersphereResidual(nn.Module):
         dim: feature size.
         alpha_init: initial step size.
         alpha_scale: storage magnitude of ``alpha``; ``None`` for ``1/sqrt(dim)``.
+
+    Examples:
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> res = HypersphereResidual(8)
+        >>> h = torch.nn.functional.normalize(torch.randn(3, 8), dim=-1)
+        >>> out = res(h, torch.randn(3, 8))
+        >>> torch.allclose(out.norm(dim=-1), torch.ones(3)), bool((out * h).sum(-1).min() > 0.9)
+        (True, True)
     """
 
     def __init__(
@@ -138,6 +158,20 @@ class NormalizedLinear(nn.Linear):
     the nGPT rule for matrices that read the model dimension; ``norm_dim="out"`` keeps each
     column at unit norm, for matrices that write it. Call :meth:`renormalize_` (or
     :func:`renormalize_weights_` on the model) after every optimizer step.
+
+    Examples:
+        >>> import torch
+        >>> lin = NormalizedLinear(8, 4)
+        >>> torch.allclose(lin.weight.norm(dim=1), torch.ones(4))  # rows: "in"
+        True
+        >>> with torch.no_grad():
+        ...     _ = lin.weight.mul_(3.0)
+        >>> lin.renormalize_()
+        >>> torch.allclose(lin.weight.norm(dim=1), torch.ones(4))
+        True
+        >>> out = NormalizedLinear(4, 8, norm_dim="out")
+        >>> torch.allclose(out.weight.norm(dim=0), torch.ones(4))  # columns: "out"
+        True
     """
 
     def __init__(
@@ -169,7 +203,18 @@ class NormalizedLinear(nn.Linear):
 
 
 def renormalize_weights_(model: nn.Module) -> int:
-    """Call ``renormalize_`` on every :class:`NormalizedLinear` in ``model``; return the count."""
+    """Call ``renormalize_`` on every :class:`NormalizedLinear` in ``model``; return the count.
+
+    Examples:
+        >>> import torch
+        >>> model = torch.nn.Sequential(NormalizedLinear(8, 8), NormalizedLinear(8, 2))
+        >>> with torch.no_grad():
+        ...     _ = model[1].weight.add_(1.0)
+        >>> renormalize_weights_(model)
+        2
+        >>> torch.allclose(model[1].weight.norm(dim=1), torch.ones(2))
+        True
+    """
     layers = [m for m in model.modules() if isinstance(m, NormalizedLinear)]
     for layer in layers:
         layer.renormalize_()
@@ -177,7 +222,15 @@ def renormalize_weights_(model: nn.Module) -> int:
 
 
 def unit_rows_(weight: torch.Tensor) -> None:
-    """Normalize the rows of an embedding table in place (nGPT's embedding constraint)."""
+    """Normalize the rows of an embedding table in place (nGPT's embedding constraint).
+
+    Examples:
+        >>> import torch
+        >>> emb = torch.nn.Embedding(5, 3)
+        >>> unit_rows_(emb.weight)
+        >>> torch.allclose(emb.weight.norm(dim=-1), torch.ones(5))
+        True
+    """
     with torch.no_grad():
         weight.copy_(NF.l2_normalize(weight, dim=-1))
 
@@ -188,6 +241,14 @@ class NGPTMLP(nn.Module):
     Args:
         dim: model width.
         hidden: width of ``u`` and ``v``.
+
+    Examples:
+        >>> import torch
+        >>> mlp = NGPTMLP(8, 16)
+        >>> mlp(torch.randn(2, 3, 8)).shape
+        torch.Size([2, 3, 8])
+        >>> mlp.up.weight.shape  # u and v, stacked
+        torch.Size([32, 8])
     """
 
     def __init__(self, dim: int, hidden: int) -> None:
@@ -215,6 +276,18 @@ class NGPTBlock(nn.Module):
             the probabilities when asked), e.g. :class:`normlab.attention.MultiheadAttention`
             built with ``normalized=True, qk_norm="l2"``.
         hidden: MLP width.
+
+    Examples:
+        >>> import torch
+        >>> from normlab.attention import MultiheadAttention
+        >>> attn = MultiheadAttention(8, 2, normalized=True, qk_norm="l2", scale=2.0)
+        >>> block = NGPTBlock(8, attn=attn, hidden=16)
+        >>> h = torch.nn.functional.normalize(torch.randn(2, 5, 8), dim=-1)
+        >>> out, probs = block(h, return_probs=True)
+        >>> out.shape, probs.shape
+        (torch.Size([2, 5, 8]), torch.Size([2, 2, 5, 5]))
+        >>> torch.allclose(out.norm(dim=-1), torch.ones(2, 5))  # still on the sphere
+        True
     """
 
     def __init__(self, dim: int, *, attn: nn.Module, hidden: int) -> None:

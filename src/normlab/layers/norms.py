@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from normlab import functional as NF
 from normlab import kernels as K
 from normlab._registry import Method, register
 from normlab.papers import paper
@@ -59,9 +60,10 @@ class _AffineNorm(nn.Module):
             nn.init.zeros_(self.bias)
 
     def extra_repr(self) -> str:
+        backend = "" if self.backend == "kernel" else f", backend={self.backend!r}"
         return (
             f"{self.normalized_shape}, eps={self.eps}, "
-            f"elementwise_affine={self.elementwise_affine}"
+            f"elementwise_affine={self.elementwise_affine}{backend}"
         )
 
 
@@ -76,6 +78,15 @@ class LayerNorm(_AffineNorm):
         eps: added to the variance.
         elementwise_affine: learn a per-feature weight (and bias).
         bias: learn a bias when ``elementwise_affine``.
+        backend: ``"kernel"`` runs normlab's fused kernel where it applies
+            (:mod:`normlab.kernels`), ``"torch"`` always the plain torch formula.
+
+    Example:
+        >>> import torch
+        >>> ln = LayerNorm(8, backend="torch")
+        >>> y = ln(torch.randn(2, 8))
+        >>> bool(y.mean(-1).abs().max() < 1e-5)
+        True
     """
 
     def __init__(
@@ -86,8 +97,11 @@ class LayerNorm(_AffineNorm):
         bias: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        *,
+        backend: str = "kernel",
     ) -> None:
         self.eps = eps
+        self.backend = K.check_backend(backend)
         super().__init__(
             normalized_shape,
             elementwise_affine=elementwise_affine,
@@ -97,7 +111,8 @@ class LayerNorm(_AffineNorm):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return K.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        fn = K.layer_norm if self.backend == "kernel" else NF.layer_norm
+        return fn(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
 class RMSNorm(_AffineNorm):
@@ -110,6 +125,15 @@ class RMSNorm(_AffineNorm):
         normalized_shape: size of the trailing dimension(s) to normalize over.
         eps: added to the mean square; ``None`` for ``torch.finfo(x.dtype).eps``.
         elementwise_affine: learn a per-feature weight.
+        backend: ``"kernel"`` runs normlab's fused kernel where it applies
+            (:mod:`normlab.kernels`), ``"torch"`` always the plain torch formula.
+
+    Example:
+        >>> import torch
+        >>> rms = RMSNorm(8, backend="kernel")
+        >>> y = rms(torch.full((2, 8), 3.0))
+        >>> bool(torch.allclose(y, torch.ones(2, 8)))
+        True
     """
 
     def __init__(
@@ -119,8 +143,11 @@ class RMSNorm(_AffineNorm):
         elementwise_affine: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        *,
+        backend: str = "kernel",
     ) -> None:
         self.eps = eps
+        self.backend = K.check_backend(backend)
         super().__init__(
             normalized_shape,
             elementwise_affine=elementwise_affine,
@@ -130,7 +157,8 @@ class RMSNorm(_AffineNorm):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return K.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+        fn = K.rms_norm if self.backend == "kernel" else NF.rms_norm
+        return fn(x, self.normalized_shape, self.weight, self.eps)
 
 
 register(

@@ -113,6 +113,19 @@ class HPDBatchNorm(_ManifoldBN):
         eps: added to the dispersion.
         karcher_iters: maximum Karcher iterations for the batch Frechet mean.
         tol: Karcher stopping tolerance.
+
+    Examples:
+        >>> import torch
+        >>> from normlab.functional import hpd_frechet_mean, hpd_log, is_hpd
+        >>> _ = torch.manual_seed(0)
+        >>> a = torch.randn(4, 3, 3, dtype=torch.float64)
+        >>> x = a @ a.mT + 0.1 * torch.eye(3, dtype=torch.float64)  # a batch of SPD matrices
+        >>> y = HPDBatchNorm(3, dtype=torch.float64)(x)
+        >>> is_hpd(y), torch.allclose(hpd_frechet_mean(y), torch.eye(3, dtype=torch.float64))
+        (True, True)
+        >>> y = HPDBatchNorm(3, dispersion=True, dtype=torch.float64)(x).detach()
+        >>> round(float(torch.linalg.matrix_norm(hpd_log(y)).square().mean()), 3)  # s^2 = 1
+        1.0
     """
 
     def __init__(
@@ -123,7 +136,7 @@ class HPDBatchNorm(_ManifoldBN):
         momentum: float = 0.1,
         dispersion: bool = False,
         eps: float = 1e-5,
-        karcher_iters: int = 50,
+        karcher_iters: int = 100,
         tol: float = 1e-12,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -182,6 +195,19 @@ class SiegelBatchNorm(_ManifoldBN):
         eps: added to the dispersion.
         karcher_iters: maximum Karcher iterations for the batch Frechet mean.
         tol: Karcher stopping tolerance.
+
+    Examples:
+        >>> import torch
+        >>> from normlab.functional import in_siegel_disk, siegel_exp0, siegel_frechet_mean
+        >>> _ = torch.manual_seed(0)
+        >>> v = torch.randn(4, 2, 2, dtype=torch.complex128)
+        >>> z = siegel_exp0(0.5 * (v + v.mT))  # a batch of points of the disk
+        >>> bn = SiegelBatchNorm(2, dtype=torch.float64)
+        >>> y = bn(z).detach()
+        >>> in_siegel_disk(y), bool(siegel_frechet_mean(y).abs().max() < 1e-8)  # the origin
+        (True, True)
+        >>> bn.eval()(z).shape  # the running mean replaces the batch mean
+        torch.Size([4, 2, 2])
     """
 
     def __init__(

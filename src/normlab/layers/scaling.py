@@ -70,6 +70,20 @@ class AdaptiveScaling(nn.Module):
         hi: initial upper clip bound in robust units, ``> 0`` (as ``lo``).
         softening: initial asinh softening ``s`` in robust units, ``> 0`` (learned mode; the
             fixed "asinh" mode's softening until :meth:`fit`).
+
+    Examples:
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> x = 10 * torch.randn(1000, 2) + 3
+        >>> y = AdaptiveScaling(2, mode="zscore").fit(x)(x)
+        >>> torch.allclose(y.mean(0), torch.zeros(2), atol=1e-5)
+        True
+        >>> torch.allclose(y.std(0), torch.ones(2))
+        True
+        >>> learned = AdaptiveScaling(2).fit(x)  # bounds at the data's min and max
+        >>> fixed = AdaptiveScaling(2, mode="asinh").fit(x)
+        >>> torch.allclose(learned(x), fixed(x), atol=1e-5)  # equal on the fitted data
+        True
     """
 
     def __init__(

@@ -1,1 +1,3 @@
 """Small reference models that claims train and probe."""
+
+__all__: list[str] = []  # import the submodules themselves (normlab.models.gpt, ...)

@@ -1,20 +1,27 @@
 """Save and load models as folders: normlab checkpoints and local Hugging Face models.
 
+``normlab.save(model, path)`` and ``normlab.load(path)`` are :func:`save_model` and
+:func:`load_model` (the latter's model carries its kind as ``model.normlab_kind``).
+
 A normlab checkpoint is a folder with ``config.json`` (``{"normlab": "tinygpt", "model":
-GPTConfig fields}``) and ``model.safetensors``. A Hugging Face folder has its own
-``config.json`` (with ``model_type``) and weights. A folded model (``normlab fold``) adds
-``fold.json``, the module changes of the fold; loading applies them to the freshly built
-architecture before the weights go in. normlab checkpoints are read with safetensors only;
-a Hugging Face folder that holds ``pytorch_model.bin`` instead is loaded by transformers,
-which unpickles it with ``torch.load(weights_only=True)``: tensors only, and a pickle that
-asks for anything else (a ``__reduce__`` payload) is refused.
+GPTConfig fields, "structure": module changes}``) and ``model.safetensors``. An unchanged
+Hugging Face model is written as plain Hugging Face files; one that normlab changed
+(replaced norms, folded LayerNorms, added biases) in normlab's format, ``model_type =
+"normlab_<type>"`` with ``normlab.safetensors`` (:mod:`normlab.surgery.hf_format`), which
+the original class refuses and the Auto classes reload exactly. The ``save_pretrained`` of
+a model normlab changed writes the same (:mod:`normlab._marks`). Loading refuses weights
+that do not fit the model the config builds, naming the missing and unexpected keys. An
+older folded model (``fold.json`` holding the changes) is still read. normlab checkpoints
+are read with safetensors only; a Hugging Face folder that holds ``pytorch_model.bin``
+instead is loaded by transformers, which unpickles it with ``torch.load(weights_only=True)``:
+tensors only, and a pickle that asks for anything else (a ``__reduce__`` payload) is refused.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,103 +31,26 @@ from torch import nn
 from normlab._io import atomic_write_bytes, atomic_write_json
 from normlab.data.corpus import BOS, corpus
 from normlab.models.gpt import GPTConfig, TinyGPT
+from normlab.surgery.hf_format import save_hf, state_bytes
 from normlab.surgery.structure import apply_structure, capture_structure
 
-__all__ = ["builtin_tokens", "load_model", "save_model", "special_tokens"]
+__all__ = [
+    "TokenBatch",
+    "builtin_batch",
+    "builtin_tokens",
+    "load_model",
+    "position_limit",
+    "save_model",
+    "special_tokens",
+]
 
 FOLD_FILE = "fold.json"
-_HOW_TO_LOAD = (
-    "Transformed by normlab (module changes in 'structure'). Load with "
-    "normlab.models.checkpoint.load_model(path); or import normlab.models.hf_auto and call "
-    "register_auto_classes(), then the Auto class in 'auto_map'.from_pretrained(path); or "
-    "pass trust_remote_code=True (needs normlab installed). The original class "
-    "(e.g. GPT2LMHeadModel) refuses it: its weights are in normlab.safetensors."
-)
-
-
-def _state_bytes(model: nn.Module) -> bytes:
-    from safetensors.torch import save
-
-    # clone: safetensors refuses tensors that share storage (views, tied weights)
-    state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
-    return save(state)
 
 
 def _load_state(model: nn.Module, path: Path) -> None:
     from safetensors.torch import load
 
     model.load_state_dict(load(path.read_bytes()), strict=True)
-
-
-def _remove(path: Path, *names: str) -> None:
-    for name in names:
-        if (path / name).exists():
-            (path / name).unlink()
-
-
-def _base_of(model: nn.Module) -> tuple[str, str, Any]:
-    """``(model_type, architecture, config)`` of the untransformed Hugging Face model."""
-    config = copy.deepcopy(model.config)
-    record = getattr(config, "normlab", None)
-    if record:  # loaded through normlab's classes: save as the base architecture again
-        import transformers
-
-        base = transformers.CONFIG_MAPPING[record["base_model_type"]]
-        data = {k: v for k, v in config.to_dict().items() if k not in _NORMLAB_KEYS}
-        return record["base_model_type"], record["base_architecture"], base(**data)
-    return config.model_type, type(model).__name__, config
-
-
-_NORMLAB_KEYS = ("normlab", "model_type", "auto_map", "architectures", "transformers_weights")
-
-
-def _untie_config(model: nn.Module, config: Any) -> None:
-    """Record untied input/output embeddings (a fold gives the head its own weight)."""
-    get_in = getattr(model, "get_input_embeddings", None)
-    get_out = getattr(model, "get_output_embeddings", None)
-    head = get_out() if callable(get_out) else None
-    embed = get_in() if callable(get_in) else None
-    untied = head is not None and embed is not None and head.weight is not embed.weight
-    if untied and getattr(config, "tie_word_embeddings", False):
-        config.tie_word_embeddings = False
-
-
-def _save_hf(model: nn.Module, path: Path) -> None:
-    import transformers
-
-    from normlab.models.hf_auto import AUTO_FILE, WEIGHTS_FILE, auto_class_name
-    from normlab.models.hf_auto import auto_module_source as source
-
-    model_type, arch, config = _base_of(model)
-    _untie_config(model, config)
-    base_cls = getattr(transformers, arch)
-    with torch.device("meta"):
-        fresh = base_cls(copy.deepcopy(config))
-    structure = capture_structure(model, fresh)
-    if not structure["modules"] and not structure["added_bias"]:
-        config.architectures = [arch]  # so load_model builds the head model, not the base
-        atomic_write_bytes(path / "config.json", config.to_json_string().encode())
-        atomic_write_bytes(path / "model.safetensors", _state_bytes(model))
-        _remove(path, WEIGHTS_FILE, AUTO_FILE)
-        return
-    data = {k: v for k, v in config.to_dict().items() if k not in _NORMLAB_KEYS}
-    data["model_type"] = "normlab_" + model_type
-    data["architectures"] = [f"Normlab{arch}"]
-    data["auto_map"] = {
-        "AutoConfig": "normlab_auto.NormlabConfig",
-        auto_class_name(arch): "normlab_auto.NormlabModel",
-    }
-    data["normlab"] = {
-        "version": 1,
-        "base_model_type": model_type,
-        "base_architecture": arch,
-        "structure": structure,
-        "how_to_load": _HOW_TO_LOAD,
-    }
-    atomic_write_json(path / "config.json", data)
-    atomic_write_bytes(path / AUTO_FILE, source(model_type, arch).encode())
-    atomic_write_bytes(path / WEIGHTS_FILE, _state_bytes(model))
-    _remove(path, "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
 
 
 def save_model(
@@ -161,20 +91,43 @@ def save_model(
             path / "config.json",
             {"normlab": "tinygpt", "model": model.config.to_dict(), "structure": structure},
         )
-        atomic_write_bytes(path / "model.safetensors", _state_bytes(model))
+        atomic_write_bytes(path / "model.safetensors", state_bytes(model))
     else:
         config = getattr(model, "config", None)
         if config is None or not hasattr(config, "to_json_string"):
             raise TypeError(
                 f"save_model writes TinyGPT or Hugging Face models, got {type(model).__name__}."
             )
-        path.mkdir(parents=True, exist_ok=True)
-        _save_hf(model, path)
+        save_hf(model, path)
     if fold is not None:
         atomic_write_json(path / FOLD_FILE, dict(fold))
-    else:
-        _remove(path, FOLD_FILE)
+    elif (path / FOLD_FILE).exists():
+        (path / FOLD_FILE).unlink()
     return path
+
+
+def _check_loading(path: Path, info: Mapping[str, Any]) -> None:
+    """Refuse weights that do not fit the model built from the config, naming the keys."""
+    parts = []
+    for key, what in (
+        ("missing_keys", "missing"),
+        ("unexpected_keys", "unexpected"),
+        ("mismatched_keys", "with the wrong shape"),
+    ):
+        names = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get(key) or ())
+        if names:
+            more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+            parts.append(f"{len(names)} {what} ({', '.join(names[:5])}{more})")
+    errors = [str(e) for e in info.get("error_msgs") or ()]
+    if errors:
+        parts.append("errors: " + "; ".join(errors)[:300])
+    if parts:
+        raise ValueError(
+            f"{path}: the weights do not fit the model its config.json builds: "
+            + "; ".join(parts)
+            + ". Was the model changed (e.g. by replace_norms) and saved without normlab? "
+            "Save changed models with normlab.save(model, folder)."
+        )
 
 
 def _hf_model(path: Path, folded: bool) -> nn.Module:
@@ -185,21 +138,30 @@ def _hf_model(path: Path, folded: bool) -> nn.Module:
     cls = getattr(transformers, arch, None) if arch else None
     cls = cls or transformers.AutoModel
     if not folded:
-        return cls.from_pretrained(path, local_files_only=True, attn_implementation="eager")
+        model, info = cls.from_pretrained(
+            path, local_files_only=True, attn_implementation="eager", output_loading_info=True
+        )
+        _check_loading(path, info)
+        return model
     config._attn_implementation = "eager"
     return cls.from_config(config) if cls is transformers.AutoModel else cls(config)
 
 
 def _normlab_hf(path: Path, record: Mapping[str, Any]) -> nn.Module:
-    from normlab.models.hf_auto import hf_classes
+    from normlab.models.hf_auto import WEIGHTS_FILE, hf_classes
 
+    if not (path / WEIGHTS_FILE).is_file():
+        found = sorted(p.name for p in path.glob("*.safetensors")) or "no weights"
+        raise FileNotFoundError(
+            f"{path}: config.json describes a normlab-transformed model, whose weights are "
+            f"{WEIGHTS_FILE}, but the folder holds {found}; save it again with "
+            "normlab.save(model, folder)."
+        )
     _, cls = hf_classes(record["base_model_type"], record["base_architecture"])
     model, info = cls.from_pretrained(
         path, local_files_only=True, attn_implementation="eager", output_loading_info=True
     )
-    bad = {k: v for k, v in info.items() if k != "error_msgs" and v}
-    if bad or info.get("error_msgs"):
-        raise ValueError(f"{path}: the weights do not fit the recorded structure: {info}.")
+    _check_loading(path, info)
     return model
 
 
@@ -207,11 +169,15 @@ def load_model(path: str | Path) -> tuple[nn.Module, str]:
     """Load the model in folder ``path`` in eval mode, with every recorded module change.
 
     Returns:
-        ``(model, kind)`` with kind "normlab" or "hf". Hugging Face models are built with
-        eager attention so probes can read attention probabilities.
+        ``(model, kind)`` with kind "normlab" (TinyGPT) or "hf"; the kind is also the
+        model's ``normlab_kind`` attribute. Hugging Face models are built with eager
+        attention so probes can read attention probabilities.
 
     Raises:
         FileNotFoundError: when ``path`` is not a folder with a ``config.json``.
+        ValueError: when the weights do not fit the model the config builds (missing,
+            unexpected or reshaped keys, named in the message), e.g. a model whose norms
+            were replaced and then saved by a tool that does not record the change.
     """
     from normlab.surgery.fold import apply_fold_structure
 
@@ -225,25 +191,135 @@ def load_model(path: str | Path) -> tuple[nn.Module, str]:
     config = json.loads(config_file.read_text())
     fold_file = path / FOLD_FILE
     fold = json.loads(fold_file.read_text()) if fold_file.exists() else None
-    legacy = fold is not None and "structure" in fold and "structure" not in config
+    recorded = "structure" in config or isinstance(config.get("normlab"), dict)
+    legacy = fold is not None and "structure" in fold and not recorded
     if config.get("normlab") == "tinygpt":
         model: nn.Module = TinyGPT(GPTConfig(**config["model"]))
         apply_structure(model, config.get("structure", {}))
         kind = "normlab"
     elif isinstance(config.get("normlab"), dict):
-        return _normlab_hf(path, config["normlab"]).eval(), "hf"
+        model, kind = _normlab_hf(path, config["normlab"]), "hf"
     elif "model_type" in config:
         model, kind = _hf_model(path, legacy), "hf"
-        if not legacy:
-            return model.eval(), kind
     else:
         raise ValueError(
             f"{config_file} is neither a normlab checkpoint nor a Hugging Face config."
         )
     if legacy:  # written before structures were recorded in config.json
         apply_fold_structure(model, fold["structure"])
-    _load_state(model, path / "model.safetensors")
+    if kind == "normlab" or legacy:
+        _load_state(model, path / "model.safetensors")
+    model.normlab_kind = kind
     return model.eval(), kind
+
+
+def position_limit(model: nn.Module) -> int | None:
+    """How many token positions ``model`` can read (``context``, ``n_positions`` or
+    ``max_position_embeddings`` of its config), or None when it does not say."""
+    config = getattr(model, "config", None)
+    for attr in ("context", "n_positions", "max_position_embeddings"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """Built-in token ids for a model (:func:`builtin_batch`).
+
+    Attributes:
+        ids: ``(batch, tokens)`` token ids.
+        mask: ``(batch, tokens)``, 1 for real tokens and 0 for padding; None when no
+            position is padding.
+        source: "tokenizer", "bytes" (TinyGPT, which reads bytes), or "bytes (...)" with
+            the reason a Hugging Face model gets bytes (no tokenizer in the folder, or one
+            whose ids do not fit the model's vocabulary).
+    """
+
+    ids: torch.Tensor
+    mask: torch.Tensor | None
+    source: str
+
+
+def _pad_token(tokenizer: Any) -> None:
+    """Give a tokenizer without a pad token one (its EOS, UNK or BOS token, else id 0), and
+    pad on the right, where padding cannot disturb a causal model's real tokens."""
+    if tokenizer.pad_token is None:
+        for name in ("eos_token", "unk_token", "bos_token"):
+            if getattr(tokenizer, name, None) is not None:
+                tokenizer.pad_token = getattr(tokenizer, name)
+                break
+        else:
+            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(0)
+    tokenizer.padding_side = "right"
+
+
+def builtin_batch(
+    model: nn.Module,
+    path: str | Path | None = None,
+    *,
+    batch: int = 4,
+    tokens: int = 64,
+    seed: int = 0,
+    positions: int | None = None,
+) -> TokenBatch:
+    """``batch`` windows of built-in text as ``tokens`` token ids each, for ``model``.
+
+    The text is the standard-library validation corpus (:mod:`normlab.data.corpus`). TinyGPT
+    reads bytes after a BOS token. A Hugging Face model uses the tokenizer saved in ``path``
+    through its own call (``tokenizer(texts, add_special_tokens=True, padding="max_length",
+    truncation=True, max_length=tokens, return_tensors="pt")``: a BERT gets ``[CLS] ...
+    [SEP]``, a Llama ``<s> ...``), with its attention mask; a tokenizer without a pad token
+    pads with its EOS (else UNK, BOS) token, on the right. Without a tokenizer, or when the
+    tokenizer's ids do not fit the model's vocabulary, the ids are the bytes modulo the
+    vocabulary (meaningless to a pretrained model, enough to probe its mechanics), and
+    :attr:`TokenBatch.source` says so.
+
+    Args:
+        positions: how many of the ``tokens`` positions the model will read (default all;
+            a causal probe reads ``tokens - 1`` and predicts the last).
+
+    Raises:
+        ValueError: when the model reads fewer than ``positions`` positions.
+    """
+    need = tokens if positions is None else positions
+    limit = position_limit(model)
+    if limit is not None and need > limit:
+        raise ValueError(
+            f"{type(model).__name__} reads at most {limit} token positions, but {need} were "
+            f"asked for; ask for at most {limit} tokens."
+        )
+    data = corpus("val")
+    generator = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(data) - 8 * tokens, (batch,), generator=generator)
+    if isinstance(model, TinyGPT):
+        rows = [data[s : s + tokens - 1].long() for s in starts]
+        ids = torch.stack([torch.cat([torch.tensor([BOS]), r]) for r in rows])
+        return TokenBatch(ids, None, "bytes")
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 256))
+    tokenizer = _tokenizer(path)
+    source = "bytes (no tokenizer in the model folder)"
+    if tokenizer is not None:
+        _pad_token(tokenizer)
+        texts = [
+            bytes(data[s : s + 8 * tokens].tolist()).decode("utf-8", "replace") for s in starts
+        ]
+        enc = tokenizer(
+            texts,
+            add_special_tokens=True,
+            padding="max_length",
+            truncation=True,
+            max_length=tokens,
+            return_tensors="pt",
+        )
+        ids, mask = enc["input_ids"].long(), enc["attention_mask"].long()
+        top = int(ids.max())
+        if ids.shape[1] == tokens and top < vocab:
+            return TokenBatch(ids, None if bool(mask.bool().all()) else mask, "tokenizer")
+        source = f"bytes (the tokenizer's ids reach {top}, beyond the model's {vocab})"
+    ids = torch.stack([data[s : s + tokens].long() % vocab for s in starts])
+    return TokenBatch(ids, None, source)
 
 
 def builtin_tokens(
@@ -254,41 +330,12 @@ def builtin_tokens(
     tokens: int = 64,
     seed: int = 0,
 ) -> torch.Tensor:
-    """Token ids ``(batch, tokens)`` of built-in text for ``model``.
+    """The ids of :func:`builtin_batch` (``(batch, tokens)``), for callers that need no mask.
 
-    The text is the standard-library validation corpus (:mod:`normlab.data.corpus`), cut into
-    ``batch`` fixed windows. TinyGPT reads bytes after a BOS token; a Hugging Face model uses
-    the tokenizer saved in ``path`` when there is one, with the special tokens the model
-    expects (a BERT gets [CLS] ... [SEP]), else the bytes modulo its vocabulary
-    (meaningless to a pretrained model, but enough to probe its mechanics; see
-    :func:`special_tokens`, which is empty then).
+    Raises:
+        ValueError: when the model reads fewer than ``tokens`` positions.
     """
-    data = corpus("val")
-    generator = torch.Generator().manual_seed(seed)
-    config = getattr(model, "config", None)
-    limits = [
-        getattr(config, a, None) for a in ("context", "n_positions", "max_position_embeddings")
-    ]
-    n = min(tokens, next((int(c) for c in limits if c), tokens))
-    starts = torch.randint(0, len(data) - 8 * n, (batch,), generator=generator)
-    if isinstance(model, TinyGPT):
-        rows = [data[s : s + n - 1].long() for s in starts]
-        return torch.stack([torch.cat([torch.tensor([BOS]), r]) for r in rows])
-    vocab = int(getattr(config, "vocab_size", 256))
-    tokenizer = _tokenizer(path)
-    if tokenizer is not None:
-        rows = []
-        extra = tokenizer.num_special_tokens_to_add(pair=False)
-        for s in starts:
-            text = bytes(data[s : s + 8 * n].tolist()).decode("utf-8", "replace")
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"][: max(n - extra, 1)]
-            ids = tokenizer.build_inputs_with_special_tokens(ids)  # [CLS] ... [SEP], BOS ...
-            if len(ids) < n or max(ids) >= vocab:
-                break  # an unusable tokenizer: fall back to bytes
-            rows.append(torch.tensor(ids[:n]))
-        if len(rows) == batch:
-            return torch.stack(rows)
-    return torch.stack([data[s : s + n].long() % vocab for s in starts])
+    return builtin_batch(model, path, batch=batch, tokens=tokens, seed=seed).ids
 
 
 def special_tokens(path: str | Path | None) -> dict[str, int] | None:

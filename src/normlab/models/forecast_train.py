@@ -4,7 +4,10 @@
 backbone (:mod:`normlab.models.forecast`). :func:`train_forecaster` trains it with Adam on
 MSE, early stopping on validation MSE, and uses each normalizer's extra training signal as
 its ``aux_schedule`` says: FAN's auxiliary loss is added every step ("joint"); SAN's
-statistics predictor is trained alone first, then frozen ("pretrain").
+statistics predictor is trained alone first, then frozen ("pretrain"). Each epoch's steps
+run through :func:`normlab.models.fit.fit`, so a run whose loss turns non-finite stops
+there and is recorded as diverged (``TrainResult.diverged``), the best validation epoch's
+weights restored.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from torch import nn
 
 import normlab
 from normlab.data.series import Splits, Windows
+from normlab.models.fit import fit
 from normlab.models.forecast import build_backbone
 from normlab.series import ReversibleNorm, State
 
@@ -106,11 +110,13 @@ class ForecastTrainConfig:
 
 @dataclass
 class TrainResult:
-    """What training gives back: the best validation MSE and the per-epoch history."""
+    """What training gives back: the best validation MSE, the per-epoch history, and the
+    divergence record (``{"step", "last"}``, counted in main-stage steps) or None."""
 
     val_mse: float
     best_epoch: int
     history: list[dict[str, float]] = field(default_factory=list)
+    diverged: dict[str, Any] | None = None
 
 
 @torch.no_grad()
@@ -148,14 +154,16 @@ def _pretrain(
     assert norm is not None
     params = [p for p in norm.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+
+    def loss_fn(module: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+        x, y, index = splits.train.get(ids)
+        _, state = norm.normalize(x, index=index)
+        return norm.auxiliary_loss(None, state, y)  # type: ignore[arg-type]
+
     for _ in range(config.pretrain_epochs):
-        for ids in _epoch_ids(splits.train, config, gen):
-            x, y, index = splits.train.get(ids)
-            _, state = norm.normalize(x, index=index)
-            loss = norm.auxiliary_loss(None, state, y)  # type: ignore[arg-type]
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+        ids = _epoch_ids(splits.train, config, gen)
+        if fit(norm, loss_fn, ids, len(ids), opt).diverged is not None:
+            break
     norm.requires_grad_(False)
 
 
@@ -181,26 +189,31 @@ def train_forecaster(
     opt = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
     best, best_epoch, best_state, stale = math.inf, 0, copy.deepcopy(model.state_dict()), 0
     history: list[dict[str, float]] = []
+    diverged: dict[str, Any] | None = None
+    done = 0
+
+    def loss_fn(module: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+        x, y, index = splits.train.get(ids)
+        pred, y_hat, state = model(x, index)
+        loss = F.mse_loss(pred, y)
+        if schedule == "joint" and model.norm is not None and state is not None:
+            aux = model.norm.auxiliary_loss(y_hat, state, y)
+            if aux is not None:
+                loss = loss + aux
+        return loss
+
     if on_epoch is not None:
         on_epoch(0, model)
-    model.train()
     for epoch in range(1, config.epochs + 1):
-        total, steps = 0.0, 0
-        for ids in _epoch_ids(splits.train, config, gen):
-            x, y, index = splits.train.get(ids)
-            pred, y_hat, state = model(x, index)
-            loss = F.mse_loss(pred, y)
-            if schedule == "joint" and model.norm is not None and state is not None:
-                aux = model.norm.auxiliary_loss(y_hat, state, y)
-                if aux is not None:
-                    loss = loss + aux
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += float(loss.detach())
-            steps += 1
+        ids = _epoch_ids(splits.train, config, gen)
+        run = fit(model, loss_fn, ids, len(ids), opt)
+        if run.diverged is not None:
+            diverged = run.diverged.record()
+            diverged["step"] += done
+            break
+        done += run.steps
         val = evaluate(model, splits.val, n=config.val_windows)["mse"]
-        history.append({"epoch": epoch, "train": total / max(steps, 1), "val": val})
+        history.append({"epoch": epoch, "train": sum(run.losses) / max(run.steps, 1), "val": val})
         if on_epoch is not None:
             on_epoch(epoch, model)
         if val < best:
@@ -211,7 +224,7 @@ def train_forecaster(
             if stale >= config.patience:
                 break
     model.load_state_dict(best_state)
-    return TrainResult(best, best_epoch, history)
+    return TrainResult(best, best_epoch, history, diverged)
 
 
 def build_forecaster(

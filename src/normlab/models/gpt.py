@@ -18,6 +18,10 @@ from typing import Any
 import torch
 from torch import nn
 
+# TinyGPT looks its norms and score normalizers up by name in the registry; importing the
+# families that register them also puts their code in the cache keys of trained models.
+import normlab.attention
+import normlab.layers  # noqa: F401
 from normlab import functional as NF
 from normlab._registry import get
 from normlab.attention.depth import AttnResidual, DepthBlock
@@ -34,7 +38,7 @@ from normlab.models.gpt_adapter import TinyGPTAdapter
 from normlab.models.gpt_blocks import MLP, MoEMLP
 from normlab.probes.hooks import register_adapter
 
-__all__ = ["RESIDUALS", "Block", "GPTConfig", "TinyGPT", "ln_scaling"]
+__all__ = ["RESIDUALS", "Block", "GPTConfig", "TinyGPT", "ln_scaling", "make_block"]
 
 #: Residual schemes: "pre" (x + f(norm(x))), "post" (norm(x + f(x))), "attnres" (each
 #: sublayer reads a learned softmax mix over all earlier outputs, see
@@ -82,9 +86,12 @@ class GPTConfig:
             entry: in loop ``k >= 1`` block ``l`` reads ``(h + h_l^(k-1)) / 2``, the mean of
             the running stream and the stream that entered block ``l`` in the previous
             loop (parameter-free; a convex mix does not grow the residual across loops).
-        attention_injection: Attention Injection (normlab's reading): the injection at a
-            loop's entry goes through the existing first block's attention,
-            ``h <- h + attn_0(norm1_0(e))``, instead of adding ``e`` raw (parameter-free).
+        attention_injection: Attention Injection (normlab's reading; the paper says only
+            that it "reuses the existing attention block" and is parameter-free): the
+            standard input injection is kept and the embedding is also injected through the
+            first block's existing attention, ``h <- h + e + attn_0(norm1_0(e))`` at every
+            loop after the first. (An earlier reading replaced the injection by the
+            attention term, dropping ``h + e``.)
     """
 
     d_model: int = 128
@@ -330,8 +337,10 @@ class TinyGPT(nn.Module):
         previous: list[torch.Tensor] = []
         for k in range(cfg.loops):
             if k > 0:
-                first = self.blocks[order[0]]
-                h = h + first.attn(first.norm1(e)) if cfg.attention_injection else h + e
+                h = h + e
+                if cfg.attention_injection:
+                    first = self.blocks[order[0]]
+                    h = h + first.attn(first.norm1(e))
             inputs = []
             for pos, i in enumerate(order):
                 if cfg.loop_signal and previous:

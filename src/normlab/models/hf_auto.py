@@ -18,6 +18,9 @@ So the ordinary path either reproduces the transformed model exactly or refuses:
 - the original class (``GPT2LMHeadModel.from_pretrained(path)``), which only warns on a
   model-type mismatch, finds no ``model.safetensors`` and refuses instead of silently
   dropping the folded biases.
+
+The folder is written by :func:`normlab.surgery.hf_format.save_hf` (``normlab.save``, or
+``save_pretrained`` of any model normlab changed; see :mod:`normlab._marks`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from typing import Any
 
 from torch import nn
 
+from normlab._marks import save_changed
+from normlab.surgery.hf_format import AUTO_FILE, WEIGHTS_FILE, auto_class_name, auto_module_source
 from normlab.surgery.structure import apply_structure
 
 __all__ = [
@@ -34,14 +39,11 @@ __all__ = [
     "FAMILIES",
     "WEIGHTS_FILE",
     "auto_class_name",
+    "auto_module_source",
     "hf_classes",
     "register_auto_classes",
 ]
 
-#: Weights of a transformed Hugging Face model (not ``model.safetensors``; see above).
-WEIGHTS_FILE = "normlab.safetensors"
-#: The module ``auto_map`` points at.
-AUTO_FILE = "normlab_auto.py"
 #: ``(model_type, model class)`` registered by :func:`register_auto_classes`.
 FAMILIES = (
     ("gpt2", "GPT2LMHeadModel"),
@@ -51,20 +53,6 @@ FAMILIES = (
     ("bert", "BertForMaskedLM"),
     ("bert", "BertModel"),
 )
-
-
-def auto_class_name(arch: str) -> str:
-    """The Auto class that maps to the Hugging Face model class ``arch``."""
-    from transformers.models.auto import modeling_auto as ma
-
-    for mapping, auto in (
-        (ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "AutoModelForCausalLM"),
-        (ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES, "AutoModelForMaskedLM"),
-        (ma.MODEL_MAPPING_NAMES, "AutoModel"),
-    ):
-        if arch in mapping.values():
-            return auto
-    return "AutoModel"
 
 
 @functools.cache
@@ -91,7 +79,9 @@ def hf_classes(model_type: str, arch: str) -> tuple[type, type]:
     The config class is the base config with ``model_type = "normlab_<model_type>"``; the
     model class builds the base model and then replays ``config.normlab["structure"]`` (the
     recorded module changes, :func:`normlab.surgery.structure.apply_structure`), so the
-    transformed state dict loads into it exactly. Both are registered with the Auto classes.
+    transformed state dict loads into it exactly. Its ``save_pretrained`` writes normlab's
+    format again (:func:`normlab._marks.save_changed`), so a reloaded model saved the usual
+    way stays loadable. Both are registered with the Auto classes.
     """
     import transformers
 
@@ -103,9 +93,15 @@ def hf_classes(model_type: str, arch: str) -> tuple[type, type]:
         record = getattr(config, "normlab", None) or {}
         apply_structure(self, record.get("structure", {}))
 
-    model_cls = type(
-        f"Normlab{arch}", (base_model,), {"config_class": config_cls, "__init__": model_init}
-    )
+    def save_pretrained(self: nn.Module, save_directory: Any, **kwargs: Any) -> None:
+        save_changed(self, save_directory, **kwargs)  # normlab's format again, never plain
+
+    attrs = {
+        "config_class": config_cls,
+        "__init__": model_init,
+        "save_pretrained": save_pretrained,
+    }
+    model_cls = type(f"Normlab{arch}", (base_model,), attrs)
     getattr(transformers, auto_class_name(arch)).register(config_cls, model_cls, exist_ok=True)
     return config_cls, model_cls
 
@@ -115,12 +111,3 @@ def register_auto_classes() -> None:
     classes, so ``AutoModelForCausalLM.from_pretrained`` loads transformed checkpoints."""
     for model_type, arch in FAMILIES:
         hf_classes(model_type, arch)
-
-
-def auto_module_source(model_type: str, arch: str) -> str:
-    """The ``normlab_auto.py`` written beside a transformed model (for ``auto_map``)."""
-    return (
-        '"""Loads this folder\'s normlab-transformed model (needs the normlab package)."""\n\n'
-        "from normlab.models.hf_auto import hf_classes\n\n"
-        f"NormlabConfig, NormlabModel = hf_classes({model_type!r}, {arch!r})\n"
-    )

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import json
 import math
-import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +22,12 @@ import torch
 import torch.nn.functional as F
 
 from normlab._io import atomic_write_bytes, atomic_write_json, cache_dir, content_hash, file_lock
-from normlab._progress import report_progress
 from normlab._sources import closure_hash
 from normlab.data.corpus import corpus, corpus_fingerprint, sample_batch
+from normlab.models.fit import fit
 from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.quant.model import dequantize_model, quantize_model
+from normlab.quant.spec import preset
 
 __all__ = ["LMTrainConfig", "evaluate_bpb", "lm_cache_key", "load_snapshot", "train_lm"]
 
@@ -59,6 +59,9 @@ class LMTrainConfig:
             and cached model holds the fp32 master weights.
         matmul_quant_backward: also quantize the two gradient matmuls (input and weight
             gradients), as the NVFP4 training recipe does.
+        matmul_quant_amax: a fixed NVFP4 tensor range for the forward operands (weights and
+            activations) instead of each tensor's measured amax (nGPT's recipe: 1.0 for
+            unit-norm data); gradients keep their measured amax. None measures it.
         lr_multipliers: ``(name_suffix, factor)`` pairs: a parameter whose name ends with
             ``name_suffix`` trains at ``factor`` times the schedule's learning rate (its own
             AdamW group, no weight decay), e.g. ``(("beta_raw", 30.0),)`` for OASIS's
@@ -79,6 +82,7 @@ class LMTrainConfig:
     snapshots: tuple[int, ...] = ()
     matmul_quant: str | None = None
     matmul_quant_backward: bool = True
+    matmul_quant_amax: float | None = None
     lr_multipliers: tuple[tuple[str, float], ...] = ()
 
     def lr_at(self, step: int) -> float:
@@ -177,15 +181,38 @@ def _load_weights(model: TinyGPT, path: Path) -> None:
     model.load_state_dict(load(path.read_bytes()))
 
 
+def _check_cached(model: TinyGPT, log: Any) -> None:
+    """Raise ValueError unless a cached log and weights are a usable result.
+
+    The log must be a JSON object whose ``train_bpb`` and ``val_bpb`` are non-empty lists
+    of finite numbers, and every floating-point tensor must be finite, unless the log
+    records a diverged run (whose last weights may be non-finite: that is its result).
+    ``load_state_dict`` (strict) has already matched every tensor's name and shape.
+    """
+    if not isinstance(log, dict):
+        raise ValueError("the log is not a JSON object")
+    if log.get("diverged") is not None:
+        return
+    for name in ("train_bpb", "val_bpb"):
+        values = log.get(name)
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"the log's {name} is missing or empty")
+        if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+            raise ValueError(f"the log's {name} holds a null or non-finite number")
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"tensor {name} holds NaN/inf in a run that did not diverge")
+
+
 def _load_cached(model_config: GPTConfig, weights: Path, log_path: Path) -> tuple | None:
     """``(model, log)`` from the cache, or None (with a warning, the files deleted) when a
-    cached file cannot be read."""
+    cached file cannot be read or fails :func:`_check_cached` (a cache miss: the caller
+    trains again)."""
     try:
         model = TinyGPT(model_config)
         _load_weights(model, weights)
         log = json.loads(log_path.read_text())
-        if not isinstance(log, dict):
-            raise ValueError("the log is not a JSON object")
+        _check_cached(model, log)
     except Exception as err:  # safetensors raises its own error type on corrupt bytes
         warnings.warn(
             f"normlab: the cached trained model {weights} (or its log {log_path.name}) is "
@@ -206,28 +233,33 @@ def _train(
     model = TinyGPT(model_config)
     model.train()
     groups = _param_groups(model, tc.weight_decay, tc.lr_multipliers)
+    for group in groups:
+        group["lr"] = tc.lr * group["lr_scale"]
     optimizer = torch.optim.AdamW(groups, lr=tc.lr, betas=tc.betas)
     if tc.matmul_quant is not None:
-        quantize_model(model, tc.matmul_quant, backward=tc.matmul_quant_backward)
+        fixed: dict[str, Any] = {}
+        if tc.matmul_quant_amax is not None:
+            weights, activations = preset(tc.matmul_quant)
+            fixed = {
+                "weights": replace(weights, tensor_amax=tc.matmul_quant_amax),
+                "activations": replace(activations, tensor_amax=tc.matmul_quant_amax),
+                "grads": activations,
+            }
+        quantize_model(model, tc.matmul_quant, backward=tc.matmul_quant_backward, **fixed)
     generator = torch.Generator().manual_seed(seed)
     data = corpus("train")
     log: dict[str, Any] = {"step": [], "train_bpb": [], "eval_step": [], "val_bpb": []}
-    start = time.perf_counter()
-    for step in range(tc.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = tc.lr_at(step) * group["lr_scale"]
-        x, y = sample_batch(data, tc.batch, model_config.context, generator, limit=tc.train_bytes)
-        loss = F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"Training diverged at step {step}: loss {loss.item()}.")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if tc.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
-        optimizer.step()
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return sample_batch(data, tc.batch, model_config.context, generator, limit=tc.train_bytes)
+
+    def loss_fn(m: torch.nn.Module, xy: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, y = xy
+        return F.cross_entropy(m(x).flatten(0, 1).float(), y.flatten())
+
+    def after_step(step: int, loss: torch.Tensor) -> None:
         model.after_step()
         done = step + 1
-        report_progress(f"training {key[:8]}", done, tc.steps)
         if done % 10 == 0 or done == tc.steps:
             log["step"].append(done)
             log["train_bpb"].append(loss.item() / _LN2)
@@ -236,8 +268,23 @@ def _train(
             log["val_bpb"].append(evaluate_bpb(model, batches=tc.eval_batches, seed=seed))
         if done in tc.snapshots:
             _save_weights(model, _paths(key, done)[0])
-    log["seconds"] = time.perf_counter() - start
+
+    result = fit(
+        model,
+        loss_fn,
+        batch,
+        tc.steps,
+        optimizer,
+        schedule=lambda step: tc.lr_at(step) / tc.lr,
+        grad_clip=tc.grad_clip,
+        after_step=after_step,
+        progress=f"training {key[:8]}",
+    )
+    log["seconds"] = result.seconds
     log["params"] = model.num_parameters()
+    # A diverged run is a result: its log says where, and claims count it as their effects
+    # declare (the weights are those of the last step, possibly non-finite).
+    log["diverged"] = result.diverged.record() if result.diverged is not None else None
     dequantize_model(model)
     return model, log
 
@@ -255,7 +302,9 @@ def train_lm(
 
     Returns:
         The model (in eval mode) and its training log: ``step``/``train_bpb`` every 10
-        steps, ``eval_step``/``val_bpb``, ``seconds``, ``params`` and ``key``.
+        steps, ``eval_step``/``val_bpb``, ``seconds``, ``params``, ``key`` and
+        ``diverged`` (None, or ``{"step", "last"}`` when the loss turned non-finite: the run
+        stopped there and the model holds its last weights; never an exception).
     """
     key = lm_cache_key(model_config, train_config, seed)
     weights, log_path = _paths(key)

@@ -54,6 +54,7 @@ def tune_norin(
     delta_range: tuple[float, float] = (0.3, 30.0),
     epsilon_range: tuple[float, float] = (-3.0, 3.0),
     fallback_delta: float = 30.0,
+    fallback_init: tuple[float, float] | None = None,
     **norin_kwargs: Any,
 ) -> NoRINTuning:
     """Select NoRIN's shape for ``backbone`` on ``splits`` and test the selection.
@@ -69,6 +70,9 @@ def tune_norin(
         delta_range: search range of ``delta`` (log scale).
         epsilon_range: search range of ``epsilon``.
         fallback_delta: the Slifker-Shapiro fallback's ``delta`` for windows that are not S_U.
+        fallback_init: where the search starts when the windows are not S_U (the fit fell
+            back), e.g. a neutral point of the search space; None starts at the fallback
+            ``(fallback_delta, 0)``.
         norin_kwargs: passed to :class:`~normlab.series.NoRIN` (e.g. ``affine=False``).
     """
     windows = splits.train.get(splits.train.spread(fit_windows))[0]
@@ -85,10 +89,13 @@ def tune_norin(
             best.update(val=val, model=model)
         return val
 
+    init = (fit.delta, fit.gamma)
+    if fit.fallback and fallback_init is not None:
+        init = fallback_init
     search = select_shape(
         objective,
         n_trials=n_trials,
-        init=(fit.delta, fit.gamma),
+        init=init,
         seed=seed,
         delta_range=delta_range,
         epsilon_range=epsilon_range,

@@ -49,14 +49,17 @@ def _source(x: torch.Tensor) -> torch.Tensor:
 
 def poisson_loss(model: nn.Module, x: torch.Tensor, *, boundary_weight: float = 10.0):
     """PINN loss ``mean (u'' + f)^2 + w (u(0)^2 + u(1)^2)`` at collocation points ``x``
-    ``(n, 1)``, and the network output at ``x`` (for StableGrad's ``watch``)."""
-    x = x.detach().requires_grad_(True)
-    u = model(x)
-    (du,) = torch.autograd.grad(u.sum(), x, create_graph=True)
-    (d2u,) = torch.autograd.grad(du.sum(), x, create_graph=True)
-    residual = (d2u + _source(x)).square().mean()
-    ends = model(torch.tensor([[0.0], [1.0]], dtype=x.dtype))
-    return residual + boundary_weight * ends.square().mean(), u
+    ``(n, 1)``, and the network output ``(n + 2, 1)`` at ``x`` then at the boundary points
+    0 and 1 (one forward pass, so StableGrad's ``watch`` sees every gradient that reaches
+    the output: only the boundary term's, since the residual reaches the output only
+    through its input derivatives)."""
+    pts = torch.cat([x.detach(), torch.tensor([[0.0], [1.0]], dtype=x.dtype)]).requires_grad_()
+    u = model(pts)
+    (du,) = torch.autograd.grad(u.sum(), pts, create_graph=True)
+    (d2u,) = torch.autograd.grad(du.sum(), pts, create_graph=True)
+    n = len(x)
+    residual = (d2u[:n] + _source(pts[:n])).square().mean()
+    return residual + boundary_weight * u[n:].square().mean(), u
 
 
 @torch.no_grad()

@@ -2,6 +2,9 @@
 
 - :func:`reinforce_cartpole`: REINFORCE with a small MLP on gymnasium's numpy-vectorised
   CartPole-v1, with the returns-to-go left raw, scaled by running moments, or Kalman-filtered.
+- :func:`actor_critic_cartpole`: a small PPO actor-critic (clipped policy loss, a critic
+  regressed on the normalised returns) on the same CartPole, with the same normalizers plus
+  a per-episode z-score.
 - :func:`train_bandit`: a softmax policy over discrete outputs trained by GRPO-family
   advantages on a contextual bandit (user groups or prompts), with exact expected rewards.
 """
@@ -17,7 +20,14 @@ from torch import nn
 
 from normlab.rl import KalmanRewardNormalizer, RunningRewardNormalizer
 
-__all__ = ["MLPPolicy", "reinforce_cartpole", "train_bandit"]
+__all__ = [
+    "NORMALIZATIONS",
+    "MLPPolicy",
+    "actor_critic_cartpole",
+    "normalize_returns",
+    "reinforce_cartpole",
+    "train_bandit",
+]
 
 
 class MLPPolicy(nn.Module):
@@ -39,6 +49,112 @@ def _returns_to_go(rewards: np.ndarray, gamma: float) -> np.ndarray:
         acc = rewards[t] + gamma * acc
         out[t] = acc
     return out
+
+
+#: The return normalizations :func:`actor_critic_cartpole` offers.
+NORMALIZATIONS = ("none", "zscore", "running", "kalman", "kalman-episode")
+
+
+def normalize_returns(
+    normalize: str,
+    g: np.ndarray,
+    running: RunningRewardNormalizer,
+    kalman: KalmanRewardNormalizer,
+    eps: float = 1e-8,
+) -> np.ndarray:
+    """One episode's returns-to-go ``g`` normalised by ``normalize`` (see
+    :func:`actor_critic_cartpole`); ``running`` and ``kalman`` carry their state over."""
+    if normalize == "none":
+        return g
+    if normalize == "zscore":
+        return (g - g.mean()) / (g.std() + eps)
+    if normalize == "running":
+        running.update(g)
+        return running.normalize(g)
+    if normalize.startswith("kalman"):
+        return kalman(g)
+    raise ValueError(f"Unknown normalization {normalize!r}; expected one of {NORMALIZATIONS}.")
+
+
+def _rollout(env, policy: nn.Module, batch: int, seed: int, rng: np.random.Generator):
+    """``batch`` CartPole episodes: observations, actions, alive masks (T, B) and lengths."""
+    obs, _ = env.reset(seed=seed)
+    alive = np.ones(batch, bool)
+    traj_obs, traj_act, traj_alive = [], [], []
+    while alive.any():
+        with torch.no_grad():
+            p1 = torch.softmax(policy(torch.as_tensor(obs)), -1)[:, 1].numpy()
+        act = (rng.random(batch) < p1).astype(np.int64)
+        traj_obs.append(obs), traj_act.append(act), traj_alive.append(alive.copy())
+        obs, _, term, trunc, _ = env.step(act)
+        alive &= ~(term | trunc)
+    m = np.stack(traj_alive)
+    return np.stack(traj_obs), np.stack(traj_act), m, m.sum(0).astype(int)
+
+
+def actor_critic_cartpole(
+    normalize: str,
+    *,
+    lr: float,
+    episodes: int,
+    batch: int,
+    seed: int,
+    gamma: float = 0.99,
+    hidden: int = 32,
+    q: float = 1e-2,
+    r: float = 1e-1,
+    epochs: int = 5,
+    clip: float = 0.2,
+) -> list[float]:
+    r"""Train a PPO actor-critic on CartPole-v1; every training episode's return, in order.
+
+    Each update runs ``batch`` episodes in a numpy-vectorised CartPole (500-step limit),
+    computes the discounted returns-to-go ``G_t``, normalises them, ``\hat G_t = f(G_t)``,
+    and takes ``epochs`` full-batch Adam steps on the clipped PPO objective with advantage
+    ``A_t = \hat G_t - V(s_t)`` (``V`` from before the update) plus the critic's squared
+    error ``(V(s_t) - \hat G_t)^2``: the setting of the Kalman paper's public code (PPO,
+    gamma 0.99, 5 epochs, clip 0.2). ``normalize`` picks ``f``: ``"none"``, ``"zscore"``
+    (each episode's returns standardised by their own mean and std: "standard
+    normalization"), ``"running"`` (running mean/std, gymnasium's estimator),
+    ``"kalman"`` (the paper's per-step filter, Q and R as given) or ``"kalman-episode"``
+    (a fresh filter per episode, as the public code).
+    """
+    import gymnasium as gym
+
+    if normalize not in NORMALIZATIONS:
+        raise ValueError(f"Unknown normalization {normalize!r}; expected one of {NORMALIZATIONS}.")
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    policy, critic = MLPPolicy(4, 2, hidden=hidden), MLPPolicy(4, 1, hidden=hidden)
+    opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=lr)
+    running = RunningRewardNormalizer(center=True)
+    kalman = KalmanRewardNormalizer(q=q, r=r, mode="episode" if "episode" in normalize else "step")
+    env = gym.make_vec("CartPole-v1", num_envs=batch, vectorization_mode="vector_entry_point")
+    returns: list[float] = []
+    for update in range(episodes // batch):
+        o, a, m, lengths = _rollout(env, policy, batch, int(seed * 100_003 + update), rng)
+        target = np.zeros(m.shape)
+        for b, length in enumerate(lengths.tolist()):
+            returns.append(float(length))
+            g = _returns_to_go(np.ones(length), gamma)
+            target[:length, b] = normalize_returns(normalize, g, running, kalman)
+        keep = torch.as_tensor(m.reshape(-1))
+        obs = torch.as_tensor(o.reshape(-1, 4))[keep]
+        act = torch.as_tensor(a.reshape(-1, 1))[keep]
+        ret = torch.as_tensor(target.reshape(-1), dtype=torch.float32)[keep]
+        with torch.no_grad():
+            old = torch.log_softmax(policy(obs), -1).gather(1, act)[:, 0]
+            adv = ret - critic(obs)[:, 0]
+        for _ in range(epochs):
+            logp = torch.log_softmax(policy(obs), -1).gather(1, act)[:, 0]
+            ratio = (logp - old).exp()
+            pg = -torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
+            loss = pg + (critic(obs)[:, 0] - ret).square().mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    env.close()
+    return returns
 
 
 def reinforce_cartpole(

@@ -10,6 +10,13 @@ Data: sample covariance matrices of ``N`` snapshots of a complex Gaussian clutte
 Toeplitz covariance ``R_k[i, j] = rho_k^|i-j| exp(2 pi i f_k (i - j))`` (correlation
 ``rho_k`` and Doppler frequency ``f_k`` per class) plus white noise, each scaled by a random
 texture ``tau ~ Gamma(nu, 1/nu)`` (compound-Gaussian clutter) times a dataset-wide power.
+
+Siegel-disk data (:func:`siegel_clutter`): each sample covariance ``S = A + iK`` (``A`` real
+symmetric positive definite, ``K`` real antisymmetric) gives the point ``W = K K^T / tr(A)
++ i A / tr(A) * n`` of the Siegel upper half-space (real part symmetric, imaginary part
+positive definite), which the Cayley transform ``Z = (W - iI)(W + iI)^{-1}`` takes into the
+Siegel disk: complex symmetric matrices with ``Z^H Z < I``. :class:`SiegelNet` classifies
+them by ``[SiegelBatchNorm] -> Log_0 -> MLP``.
 """
 
 from __future__ import annotations
@@ -20,9 +27,9 @@ import torch
 from torch import nn
 
 from normlab.functional import manifolds as MF
-from normlab.layers.riemannian import HPDBatchNorm
+from normlab.layers.riemannian import HPDBatchNorm, SiegelBatchNorm
 
-__all__ = ["ClutterData", "SPDNet", "clutter_covariances"]
+__all__ = ["ClutterData", "SPDNet", "SiegelNet", "clutter_covariances", "siegel_clutter"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,65 @@ def clutter_covariances(
     return ClutterData(MF.hermitian(x[perm]), y[perm])
 
 
+def siegel_clutter(data: ClutterData) -> ClutterData:
+    """The clutter covariances mapped into the Siegel disk (see the module docstring)."""
+    s = data.x
+    n = s.shape[-1]
+    a, k = s.real, s.imag
+    scale = torch.diagonal(a, dim1=-2, dim2=-1).sum(-1)[:, None, None] / n
+    eye = torch.eye(n, dtype=torch.complex128)
+    w = (k @ k.mT / scale).to(torch.complex128) + 1j * (a / scale)
+    z = (w - 1j * eye) @ torch.linalg.inv(w + 1j * eye)
+    return ClutterData(0.5 * (z + z.mT), data.y)
+
+
+class SiegelNet(nn.Module):
+    """[SiegelBatchNorm] -> ``Log_0`` -> 2-layer MLP on the upper triangle's real and
+    imaginary parts.
+
+    Args:
+        n: matrix size.
+        classes: number of classes.
+        bn: insert the Siegel BN layer first.
+        dispersion: the BN layer also normalises the dispersion.
+        hidden: the MLP's hidden width.
+        karcher_iters: Karcher iterations of the BN layer's batch mean.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        classes: int,
+        *,
+        bn: bool = True,
+        dispersion: bool = False,
+        hidden: int = 32,
+        karcher_iters: int = 10,
+        dtype: torch.dtype = torch.float64,
+    ) -> None:
+        super().__init__()
+        self.bn = (
+            SiegelBatchNorm(
+                n, dispersion=dispersion, karcher_iters=karcher_iters, tol=1e-6, dtype=dtype
+            )
+            if bn
+            else None
+        )
+        self.register_buffer("iu", torch.triu_indices(n, n), persistent=False)
+        feats = 2 * self.iu.shape[1]
+        self.head = nn.Sequential(
+            nn.Linear(feats, hidden, dtype=dtype),
+            nn.Tanh(),
+            nn.Linear(hidden, classes, dtype=dtype),
+        )
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        if self.bn is not None:
+            z = self.bn(z)
+        v = MF.siegel_log0(z)[:, self.iu[0], self.iu[1]]
+        return self.head(torch.cat([v.real, v.imag], -1))
+
+
 class SPDNet(nn.Module):
     """BiMap -> [HPDBatchNorm] -> ReEig -> LogEig -> Linear on HPD matrices.
 
@@ -77,6 +143,7 @@ class SPDNet(nn.Module):
         m: BiMap output size.
         classes: number of classes.
         bn: insert the Riemannian BN layer after BiMap.
+        dispersion: the BN layer also normalises the dispersion (the paper's second step).
         complex_input: inputs are HPD (complex) rather than SPD (real).
         floor: ReEig eigenvalue floor.
         karcher_iters: Karcher iterations of the BN layer's batch mean.
@@ -89,6 +156,7 @@ class SPDNet(nn.Module):
         classes: int,
         *,
         bn: bool = True,
+        dispersion: bool = False,
         complex_input: bool = True,
         floor: float = 1e-4,
         karcher_iters: int = 10,
@@ -100,7 +168,12 @@ class SPDNet(nn.Module):
         self.bimap_imag = nn.Parameter(torch.randn(n, m, dtype=dtype)) if complex_input else None
         self.bn = (
             HPDBatchNorm(
-                m, complex_input=complex_input, karcher_iters=karcher_iters, tol=1e-10, dtype=dtype
+                m,
+                complex_input=complex_input,
+                dispersion=dispersion,
+                karcher_iters=karcher_iters,
+                tol=1e-6,  # a training-time mean: 1e-6 centres well below the data's noise
+                dtype=dtype,
             )
             if bn
             else None

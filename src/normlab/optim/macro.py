@@ -17,7 +17,14 @@ it is for unit rows on the oblique manifold (each row of ``msign`` has norm <= 1
 ``msign(X) = U V^T`` for ``X = U S V^T``, computed by Muon's quintic Newton-Schulz iteration
 ``X <- a X + (b A + c A^2) X`` with ``A = X X^T`` and ``(a, b, c) = (3.4445, -4.7750,
 2.0315)`` after ``X <- X / ||X||_F``; five steps bring the singular values into roughly
-[0.7, 1.2] (not exactly 1, by design of the coefficients).
+[0.7, 1.2] (not exactly 1, by design of the coefficients). ``msign`` does not depend on the
+scale of ``X``, and ``X`` is divided by its largest entry first, so gradients of 1e19 or
+1e-30 get the same direction as gradients of 1 (no overflow of ``||X||_F``).
+
+Bad gradients: a parameter whose gradient holds NaN or inf, or whose momentum direction
+overflows, is not stepped (weight and momentum unchanged) and a ``RuntimeWarning`` names it;
+the other parameters are stepped as usual, so one bad entry never turns a matrix NaN.
+Empty parameters are left alone; non-contiguous ones are stepped through a contiguous copy.
 
 Which parameters: MACRO takes only matrices. As with Muon, put hidden weight matrices in
 MACRO and give embeddings, the output head, biases, gains and other scalars to AdamW::
@@ -32,6 +39,7 @@ Paper: {macro}.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -74,6 +82,8 @@ def msign(
     wide = y.shape[-2] <= y.shape[-1]
     if not wide:
         y = y.mT
+    amax = y.abs().amax(dim=(-2, -1), keepdim=True)
+    y = y / torch.where(amax > 0, amax, 1)  # scale-free: no overflow in the Frobenius norm
     y = y / (torch.linalg.matrix_norm(y, keepdim=True) + eps)
     for _ in range(steps):
         gram = y @ y.mT
@@ -105,17 +115,31 @@ def retract_(w: torch.Tensor, *, manifold: str, radius: float = 1.0) -> torch.Te
     return w
 
 
+def _matrix(p: torch.Tensor) -> torch.Tensor:
+    """``p`` as ``(rows, -1)``: a view when its layout allows, else a contiguous copy."""
+    return p.reshape(p.shape[0], math.prod(p.shape[1:]))
+
+
+def _write_back(p: torch.Tensor, w: torch.Tensor) -> None:
+    if w.data_ptr() != p.data_ptr():  # _matrix copied a non-contiguous parameter
+        p.copy_(w.view(p.shape))
+
+
 @torch.no_grad()
 def project_(
     params: Iterable[torch.Tensor], *, manifold: str = "oblique", radius: float = 1.0
 ) -> None:
-    """Retract every given weight matrix onto the manifold (e.g. once before training)."""
+    """Retract every given non-empty weight matrix onto the manifold (e.g. before training)."""
     for p in params:
-        retract_(p.view(p.shape[0], -1), manifold=manifold, radius=radius)
+        if p.numel():
+            w = _matrix(p)
+            _write_back(p, retract_(w, manifold=manifold, radius=radius))
 
 
 def _on_manifold(p: torch.Tensor, group: dict[str, Any], tol: float = 1e-6) -> bool:
-    w = p.detach().reshape(p.shape[0], -1)
+    if not p.numel():
+        return True
+    w = _matrix(p.detach())
     norms = w.norm(dim=1) if group["manifold"] == "oblique" else w.norm().reshape(1)
     return bool(((norms - group["radius"]).abs() <= tol * group["radius"]).all())
 
@@ -190,25 +214,43 @@ class MACRO(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
+        for i, group in enumerate(self.param_groups):
             manifold, radius, mu = group["manifold"], group["radius"], group["momentum"]
-            for p in group["params"]:
-                if p.grad is None:
+            for j, p in enumerate(group["params"]):
+                if p.grad is None or not p.numel():
                     continue
-                w = p.view(p.shape[0], -1)
+                where = f"param_groups[{i}]['params'][{j}] (shape {tuple(p.shape)})"
+                w = _matrix(p)
                 g = p.grad.reshape(w.shape).to(w.dtype)
+                bad = int((~torch.isfinite(g)).sum())
+                if bad:
+                    _skip(f"its gradient holds {bad} NaN/inf entries", where)
+                    continue
                 state = self.state[p]
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros_like(w)
-                buf = state["momentum_buffer"]
-                buf.mul_(mu).add_(g)
+                buf = state["momentum_buffer"].mul(mu).add_(g)
                 d = g + mu * buf if group["nesterov"] else buf
                 d = tangent(w, d, manifold=manifold, radius=radius)
+                if not bool(torch.isfinite(d).all()):
+                    _skip(f"its momentum direction overflows {w.dtype}", where)
+                    continue
+                state["momentum_buffer"] = buf
                 o = tangent(w, msign(d, steps=group["ns_steps"]), manifold=manifold, radius=radius)
                 scale = radius / math.sqrt(min(w.shape)) if manifold == "sphere" else radius
                 w.add_(o, alpha=-group["lr"] * scale)
-                retract_(w, manifold=manifold, radius=radius)
+                _write_back(p, retract_(w, manifold=manifold, radius=radius))
         return loss
+
+
+def _skip(why: str, where: str) -> None:
+    warnings.warn(
+        f"MACRO skipped the step of {where}: {why}; its weight and momentum are unchanged. "
+        "Find the bad loss or gradient (torch.autograd.set_detect_anomaly), or scale the "
+        "loss down.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 MACRO.__doc__ = (MACRO.__doc__ or "").format(macro=paper("macro"))

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
+from normlab._records import Record
 from normlab.probes._lowp import pairwise_sum, round_to
 
 __all__ = ["SoftmaxError", "lowp_softmax", "sink_sweep"]
@@ -31,7 +31,7 @@ def lowp_softmax(x: torch.Tensor, dtype: torch.dtype, *, shifted: bool) -> torch
 
 
 @dataclass(frozen=True)
-class SoftmaxError:
+class SoftmaxError(Record):
     """Error of one softmax evaluation at one sink logit, averaged over rows.
 
     Attributes:
@@ -52,9 +52,6 @@ class SoftmaxError:
     kappa: float
     sink_mass: float
     overflow: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def sink_sweep(

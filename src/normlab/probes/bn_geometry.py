@@ -27,11 +27,13 @@ over anchor points divided by the window volume ``(2r)^d``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
+
+from normlab._records import Record
 
 __all__ = [
     "RegionDensity",
@@ -95,7 +97,7 @@ def piecewise_affine_layers(model: nn.Sequential, batch: torch.Tensor) -> list[A
 
 
 @dataclass(frozen=True)
-class SwitchingHyperplanes:
+class SwitchingHyperplanes(Record):
     """First-layer breakpoint hyperplanes ``normals @ x = thresholds`` for one batch.
 
     Attributes:
@@ -112,9 +114,6 @@ class SwitchingHyperplanes:
     reference: np.ndarray
     standardized_offsets: np.ndarray
     centroid: np.ndarray
-
-    def to_dict(self) -> dict[str, list]:
-        return {k: np.asarray(v).tolist() for k, v in asdict(self).items()}
 
 
 @torch.no_grad()
@@ -258,7 +257,7 @@ def estimate_regions(
 
 
 @dataclass(frozen=True)
-class RegionDensity:
+class RegionDensity(Record):
     """Local region density ``mean_i N(x_i, r) / (2r)^d`` over anchor points.
 
     Attributes:
@@ -274,11 +273,6 @@ class RegionDensity:
     counts: tuple[int, ...]
     radius: float
     exact: bool
-
-    def to_dict(self) -> dict[str, object]:
-        out = asdict(self)
-        out["counts"] = list(self.counts)
-        return out
 
 
 def region_density(

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from normlab._records import Record
 from normlab.probes._runner import as_block_runner
 from normlab.probes.swap import kl_to_base
 
@@ -33,7 +34,7 @@ __all__ = ["DepthProfile", "depth_profile"]
 
 
 @dataclass(frozen=True)
-class DepthProfile:
+class DepthProfile(Record):
     """Depth metrics of one model on one batch.
 
     Attributes:
@@ -64,15 +65,7 @@ class DepthProfile:
         return num / sum((i - xm) ** 2 for i in range(n))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "variance": list(self.variance),
-            "influence": list(self.influence),
-            "angular": list(self.angular),
-            "drop_effect": list(self.drop_effect),
-            "drop_loss": list(self.drop_loss),
-            "base_loss": self.base_loss,
-            "variance_growth": self.variance_growth,
-        }
+        return {**super().to_dict(), "variance_growth": self.variance_growth}
 
 
 def _loss(logits: torch.Tensor, targets: torch.Tensor) -> float:

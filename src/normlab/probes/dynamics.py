@@ -17,10 +17,12 @@ norm of every token's Jacobian at every LayerNorm/RMSNorm in a model.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from normlab._records import Record
 
 __all__ = [
     "EffectiveLR",
@@ -42,16 +44,13 @@ def effective_lr(optimizer: torch.optim.Optimizer) -> list[float]:
 
 
 @dataclass(frozen=True)
-class EffectiveLRRecord:
+class EffectiveLRRecord(Record):
     """One recorded step: ``lr``, ``||w||^2`` and ``lr / ||w||^2`` per parameter group."""
 
     step: int
     lr: tuple[float, ...]
     norm_sq: tuple[float, ...]
     effective_lr: tuple[float, ...]
-
-    def to_dict(self) -> dict[str, object]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
 class EffectiveLR:
@@ -104,7 +103,7 @@ def norm_jacobian(
 
 
 @dataclass(frozen=True)
-class NormCurvature:
+class NormCurvature(Record):
     """Spectral norms of the Jacobians of each norm layer on one batch.
 
     Attributes:
@@ -122,9 +121,6 @@ class NormCurvature:
     @property
     def overall_max(self) -> float:
         return max(self.max) if self.max else float("nan")
-
-    def to_dict(self) -> dict[str, list]:
-        return {k: list(v) for k, v in asdict(self).items()}
 
 
 def _norm_kind(module: nn.Module) -> str | None:

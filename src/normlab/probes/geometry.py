@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from normlab._records import Record
+
 __all__ = [
     "GeometryProfile",
     "TaleResult",
@@ -34,7 +36,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class GeometryProfile:
+class GeometryProfile(Record):
     """Per-layer mean norm and mean pairwise distance of representations.
 
     Attributes:
@@ -44,9 +46,6 @@ class GeometryProfile:
 
     norms: tuple[float, ...]
     distances: tuple[float, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"norms": list(self.norms), "distances": list(self.distances)}
 
 
 def _points(h: torch.Tensor) -> torch.Tensor:
@@ -114,7 +113,7 @@ class TaleStep:
 
 
 @dataclass(frozen=True)
-class TaleResult:
+class TaleResult(Record):
     """The greedy TALE path and its best configuration.
 
     Attributes:
@@ -137,16 +136,7 @@ class TaleResult:
         return tuple(s.removed for s in self.steps if s.removed not in self.best_kept)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "baseline": self.baseline,
-            "steps": [
-                {"removed": s.removed, "kept": list(s.kept), "score": s.score} for s in self.steps
-            ],
-            "best_kept": list(self.best_kept),
-            "best_score": self.best_score,
-            "removed": list(self.removed),
-            "evaluations": self.evaluations,
-        }
+        return {**super().to_dict(), "removed": list(self.removed)}
 
 
 def tale_prune(

@@ -38,6 +38,7 @@ __all__ = [
     "NormSite",
     "Trace",
     "adapt",
+    "base_model_type",
     "families",
     "register_adapter",
 ]
@@ -416,13 +417,27 @@ def families() -> tuple[str, ...]:
     return (*dict.fromkeys(names), *FAMILIES)
 
 
+def base_model_type(model: nn.Module) -> str | None:
+    """The Hugging Face ``model_type`` of ``model``'s architecture; for a model normlab
+    transformed (``normlab_gpt2``, ...) the base type recorded in its config."""
+    config = getattr(model, "config", None)
+    kind = getattr(config, "model_type", None)
+    record = getattr(config, "normlab", None)
+    if isinstance(record, dict) and record.get("base_model_type"):
+        return str(record["base_model_type"])
+    if isinstance(kind, str) and kind.startswith("normlab_"):
+        return kind.removeprefix("normlab_")
+    return kind
+
+
 def adapt(model: nn.Module) -> ModelAdapter:
     """A :class:`ModelAdapter` for ``model``.
 
     Tries the adapters registered with :func:`register_adapter` (the latest first), then
     recognises Hugging Face GPT-2 (``GPT2Model``, ``GPT2LMHeadModel``), BERT (``BertModel``,
     ``BertForMaskedLM``) and Llama-style models (``LlamaModel``, ``*ForCausalLM`` with
-    ``model.layers`` and ``model.norm``).
+    ``model.layers`` and ``model.norm``), also when normlab transformed them (config
+    ``model_type = "normlab_<type>"``: the base type is read from the config).
 
     Raises:
         TypeError: for any other model; the message lists the supported families.
@@ -430,7 +445,7 @@ def adapt(model: nn.Module) -> ModelAdapter:
     for match, factory in reversed(_ADAPTERS):
         if _matches(match, model):
             return factory(model)
-    kind = getattr(getattr(model, "config", None), "model_type", None)
+    kind = base_model_type(model)
     if kind in ("gpt2", "bert"):
         lay = _LAYOUTS[kind]
         if any(_get(model, r + lay.blocks) is not None for r in lay.roots):

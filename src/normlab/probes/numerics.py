@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from normlab._records import Record
 from normlab.probes._lowp import pairwise_sum, round_to, unit_roundoff
 from normlab.probes._softmax_numerics import SoftmaxError, lowp_softmax, sink_sweep
 
@@ -164,7 +164,7 @@ def error_bound(
 
 
 @dataclass(frozen=True)
-class NormError:
+class NormError(Record):
     """Bulk forward error of one norm at one outlier size, averaged over rows.
 
     Attributes:
@@ -184,9 +184,6 @@ class NormError:
     error: float
     kappa: float
     bound: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def outlier_sweep(

@@ -2,9 +2,11 @@
 
 Bondarenko et al. ("Quantizable Transformers", 2023) measure outliers on each layer's
 output, per sequence, flattening its ``T x d`` values: the infinity norm ``max |x|`` and the
-Pearson kurtosis ``E[(x - mu)^4] / sigma^4`` (3 for a Gaussian; OASIS's code adds 1e-6 to
-the denominator, as here). Each site's numbers are averaged over sequences;
-``max_inf_norm`` is the largest site mean and ``avg_kurtosis`` the mean over sites.
+Pearson kurtosis ``E[(x - mu)^4] / Var(x)^2`` (3 for a Gaussian, and independent of the
+scale of ``x``). OASIS's code divides by ``Var^2 + 1e-6`` instead, which makes it depend on
+the scale (``randn * 0.03`` gives 1.36, not 3): that form is available as
+``variant="oasis"``. Each site's numbers are averaged over sequences; ``max_inf_norm`` is
+the largest site mean and ``avg_kurtosis`` the mean over sites.
 
 Massive activations (Sun et al., 2024) are single entries of a hidden state with
 ``|a| > 100`` that are also about 1000 times the median ``|h|`` of that hidden state (one
@@ -14,12 +16,16 @@ the report lists the largest activations with their ratio to the median and thei
 
 Sites are labelled by kind: block outputs (the residual stream after each block), norm
 inputs and norm outputs. Kurtosis is given per sequence (Bondarenko's: all ``T x d``
-values of a sequence) and per token (each token's ``d`` values, averaged over tokens).
-Padding (``attention_mask == 0``) is excluded from every statistic.
+values of a sequence) and per token (each token's ``d`` values; the mean and the maximum
+over tokens, since a few outlier tokens barely move the mean). Padding
+(``attention_mask == 0``) is excluded from every statistic. A statistic that is not finite
+(NaN weights, a constant hidden state) is kept as NaN and the site is listed in
+:attr:`OutlierReport.nonfinite`; ``to_dict`` writes such values as ``None`` (strict JSON).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -27,9 +33,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab._records import Record
 from normlab.probes.hooks import adapt
 
 __all__ = [
+    "KURTOSIS_VARIANTS",
     "MassiveActivation",
     "OutlierReport",
     "SiteOutliers",
@@ -42,19 +50,40 @@ __all__ = [
 SITES = ("residual", "norm_inputs", "norm_outputs")
 
 
-def kurtosis(x: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
-    """Pearson kurtosis of each sequence's values: ``E[(x - mu)^4] / (sigma^4 + eps)``.
+#: Kurtosis variants: ``pearson`` ``E[(x - mu)^4] / Var^2`` (scale invariant), ``oasis``
+#: ``E[(x - mu)^4] / (Var^2 + 1e-6)`` as in the OASIS code (scale dependent).
+KURTOSIS_VARIANTS = ("pearson", "oasis")
+_OASIS_EPS = 1e-6
+
+
+def _check_variant(variant: str) -> float:
+    if variant not in KURTOSIS_VARIANTS:
+        raise ValueError(f"kurtosis variant must be one of {KURTOSIS_VARIANTS}, got {variant!r}.")
+    return _OASIS_EPS if variant == "oasis" else 0.0
+
+
+def _kurt(c: torch.Tensor, dim: int, eps: float) -> torch.Tensor:
+    """Kurtosis of centred values ``c`` along ``dim`` (float64)."""
+    return c.pow(4).mean(dim=dim) / (c.pow(2).mean(dim=dim).pow(2) + eps)
+
+
+def kurtosis(x: torch.Tensor, *, variant: str = "pearson") -> torch.Tensor:
+    """Kurtosis of each sequence's values.
+
+    ``pearson`` (default): ``E[(x - mu)^4] / Var(x)^2``, scale invariant, 3 for a Gaussian
+    (NaN for a constant sequence). ``oasis``: ``E[(x - mu)^4] / (Var(x)^2 + 1e-6)``, the
+    form in the OASIS code, which shrinks towards 0 for small-scale inputs.
 
     Args:
         x: ``(batch, ...)``; everything after the batch axis is one sample of values.
+        variant: "pearson" or "oasis".
 
     Returns:
-        ``(batch,)`` in float64 (a Gaussian gives 3).
+        ``(batch,)`` in float64.
     """
+    eps = _check_variant(variant)
     v = x.detach().reshape(x.shape[0], -1).double()
-    c = v - v.mean(dim=1, keepdim=True)
-    var = c.pow(2).mean(dim=1)
-    return c.pow(4).mean(dim=1) / (var.pow(2) + eps)
+    return _kurt(v - v.mean(dim=1, keepdim=True), 1, eps)
 
 
 def inf_norm(x: torch.Tensor) -> torch.Tensor:
@@ -63,7 +92,7 @@ def inf_norm(x: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class MassiveActivation:
+class MassiveActivation(Record):
     """One massive activation.
 
     Attributes:
@@ -83,9 +112,6 @@ class MassiveActivation:
     channel: int
     value: float
     ratio: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def massive_activations(
@@ -124,6 +150,7 @@ class SiteOutliers:
         layer: block index (-1 for a norm outside the blocks).
         token_kurtosis: mean *per-token* kurtosis (each token's ``d`` values), which
             stays large when a few channels carry outliers in every token.
+        max_token_kurtosis: the largest per-token kurtosis (one outlier token shows here).
     """
 
     name: str
@@ -133,9 +160,15 @@ class SiteOutliers:
     kind: str = "block_output"
     layer: int = -1
     token_kurtosis: float = float("nan")
+    max_token_kurtosis: float = float("nan")
+
+    def finite(self) -> bool:
+        """Whether every statistic of the site is finite."""
+        values = (self.inf_norm, self.kurtosis, self.max_abs, self.token_kurtosis)
+        return all(math.isfinite(v) for v in (*values, self.max_token_kurtosis))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return _strict(asdict(self))
 
 
 @dataclass(frozen=True)
@@ -151,7 +184,12 @@ class OutlierReport:
         sequences: how many sequences were measured.
         largest: the top activations over all sites with their ratio to the median, kept
             whatever the thresholds (a 500x activation shows even below a 1000x rule).
-        by_kind: per site kind, ``max_inf_norm``, ``avg_kurtosis``, ``avg_token_kurtosis``.
+        by_kind: per site kind, ``max_inf_norm``, ``avg_kurtosis``, ``avg_token_kurtosis``,
+            ``max_token_kurtosis``.
+        avg_token_kurtosis: the mean over the headline sites of the per-token kurtosis.
+        max_token_kurtosis: the largest per-token kurtosis over the headline sites.
+        nonfinite: names of the sites with a non-finite statistic (NaN/inf activations).
+        variant: the kurtosis variant ("pearson" or "oasis").
     """
 
     max_inf_norm: float
@@ -161,17 +199,39 @@ class OutlierReport:
     sequences: int = 0
     largest: tuple[MassiveActivation, ...] = field(default=())
     by_kind: dict[str, dict[str, float]] = field(default_factory=dict)
+    avg_token_kurtosis: float = float("nan")
+    max_token_kurtosis: float = float("nan")
+    nonfinite: tuple[str, ...] = ()
+    variant: str = "pearson"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "max_inf_norm": self.max_inf_norm,
-            "avg_kurtosis": self.avg_kurtosis,
-            "sites": [s.to_dict() for s in self.sites],
-            "massive": [m.to_dict() for m in self.massive],
-            "largest": [m.to_dict() for m in self.largest],
-            "by_kind": self.by_kind,
-            "sequences": self.sequences,
-        }
+        """JSON-ready, with every non-finite number as ``None``."""
+        return _strict(
+            {
+                "max_inf_norm": self.max_inf_norm,
+                "avg_kurtosis": self.avg_kurtosis,
+                "avg_token_kurtosis": self.avg_token_kurtosis,
+                "max_token_kurtosis": self.max_token_kurtosis,
+                "kurtosis_variant": self.variant,
+                "nonfinite": list(self.nonfinite),
+                "sites": [s.to_dict() for s in self.sites],
+                "massive": [m.to_dict() for m in self.massive],
+                "largest": [m.to_dict() for m in self.largest],
+                "by_kind": self.by_kind,
+                "sequences": self.sequences,
+            }
+        )
+
+
+def _strict(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by ``None`` (valid strict JSON)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_strict(v) for v in obj]
+    return obj
 
 
 def _batches(tokens: Any, attention_mask: Any) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
@@ -184,18 +244,16 @@ def _batches(tokens: Any, attention_mask: Any) -> list[tuple[torch.Tensor, torch
     return list(zip(xs, ms, strict=True))
 
 
-def _sequence_stats(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Per sequence ``(inf-norm, kurtosis, token kurtosis, max)`` over its valid tokens."""
+def _sequence_stats(h: torch.Tensor, mask: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """Per sequence ``(inf-norm, kurtosis, mean token kurtosis, max token kurtosis)`` over
+    its valid tokens (a NaN anywhere stays NaN)."""
     rows = []
     for b in range(h.shape[0]):
         v = h[b] if mask is None or h.dim() != 3 else h[b][mask[b].bool()]
         v = v.reshape(-1, h.shape[-1]).detach().double()
-        c = v - v.mean()
-        k = c.pow(4).mean() / (c.pow(2).mean().pow(2) + 1e-6)
-        ct = v - v.mean(-1, keepdim=True)
-        kt = ct.pow(4).mean(-1) / (ct.pow(2).mean(-1).pow(2) + 1e-6)
-        inf = v.abs().max()
-        rows.append(torch.stack([inf, k, kt.mean(), inf]))
+        k = _kurt((v - v.mean()).flatten(), 0, eps)
+        kt = _kurt(v - v.mean(-1, keepdim=True), -1, eps)
+        rows.append(torch.stack([v.abs().max(), k, kt.mean(), kt.max()]))  # max keeps NaN
     return torch.stack(rows)
 
 
@@ -253,6 +311,7 @@ def outlier_stats(
     ratio: float = 1000.0,
     max_massive: int = 20,
     top_k: int = 10,
+    kurtosis: str = "pearson",
 ) -> OutlierReport:
     """Measure outliers of ``model`` on token batches; the model is left unchanged.
 
@@ -275,7 +334,10 @@ def outlier_stats(
         ratio: massive-activation ratio to the median ``|h|``.
         max_massive: keep at most this many massive activations in the report.
         top_k: how many of the largest activations to list.
+        kurtosis: the kurtosis variant, "pearson" (scale invariant, the default) or
+            "oasis" (``Var^2 + 1e-6`` in the denominator, as in the OASIS code).
     """
+    eps = _check_variant(kurtosis)
     if sites not in (*SITES, "all"):
         raise ValueError(f"sites must be 'all' or one of {SITES}, got {sites!r}.")
     adapter = adapt(model)
@@ -300,7 +362,7 @@ def outlier_stats(
                     named[key] = h
                     kinds[key] = (_KINDS[kind], layer_of.get(name, -1))
         for i, (name, h) in enumerate(named.items()):
-            per_site.setdefault(name, []).append(_sequence_stats(h, mask))
+            per_site.setdefault(name, []).append(_sequence_stats(h, mask, eps))
             if h.dim() == 3:
                 massive += _massive(h, mask, threshold, ratio, i, name, count)
                 largest += [
@@ -317,10 +379,11 @@ def outlier_stats(
                 name,
                 float(s[:, 0].mean()),
                 float(s[:, 1].mean()),
-                float(s[:, 3].max()),
+                float(s[:, 0].max()),
                 kind,
                 layer,
                 float(s[:, 2].mean()),
+                float(s[:, 3].max()),
             )
         )
     if not rows:
@@ -328,15 +391,8 @@ def outlier_stats(
     by_kind = {}
     for kind in dict.fromkeys(r.kind for r in rows):
         group = [r for r in rows if r.kind == kind]
-        by_kind[kind] = {
-            "max_inf_norm": max(r.inf_norm for r in group),
-            "avg_kurtosis": sum(r.kurtosis for r in group) / len(group),
-            "avg_token_kurtosis": sum(r.token_kurtosis for r in group) / len(group),
-        }
-    head = by_kind.get("block_output") or {
-        "max_inf_norm": max(r.inf_norm for r in rows),
-        "avg_kurtosis": sum(r.kurtosis for r in rows) / len(rows),
-    }
+        by_kind[kind] = _summary(group)
+    head = by_kind.get("block_output") or _summary(rows)
     massive.sort(key=lambda m: -abs(m.value))
     largest.sort(key=lambda m: -abs(m.value))
     return OutlierReport(
@@ -347,4 +403,23 @@ def outlier_stats(
         sequences=count,
         largest=tuple(largest[:top_k]),
         by_kind=by_kind,
+        avg_token_kurtosis=head["avg_token_kurtosis"],
+        max_token_kurtosis=head["max_token_kurtosis"],
+        nonfinite=tuple(r.name for r in rows if not r.finite()),
+        variant=kurtosis,
     )
+
+
+def _max(values: list[float]) -> float:
+    """The largest value, NaN when any is NaN (``max()`` would depend on the order)."""
+    return float(torch.tensor(values, dtype=torch.float64).max())
+
+
+def _summary(group: list[SiteOutliers]) -> dict[str, float]:
+    n = len(group)
+    return {
+        "max_inf_norm": _max([r.inf_norm for r in group]),
+        "avg_kurtosis": sum(r.kurtosis for r in group) / n,
+        "avg_token_kurtosis": sum(r.token_kurtosis for r in group) / n,
+        "max_token_kurtosis": _max([r.max_token_kurtosis for r in group]),
+    }

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from normlab._checks import check_float, check_min_rank
+from normlab._records import Record
 
 __all__ = ["RankRecord", "affine_rank", "layer_ranks", "numerical_rank", "rank_record"]
 
 
 @dataclass(frozen=True)
-class RankRecord:
+class RankRecord(Record):
     """Ranks of one token set ``(n, d)`` (or the mean over a batch of them).
 
     Attributes:
@@ -46,19 +46,6 @@ class RankRecord:
     tokens: int
     features: int
     singular_values: tuple[float, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "affine_rank": self.affine_rank,
-            "tol": self.tol,
-            "affine_tol": self.affine_tol,
-            "rtol": self.rtol,
-            "atol": self.atol,
-            "tokens": self.tokens,
-            "features": self.features,
-            "singular_values": list(self.singular_values),
-        }
 
 
 def _default_rtol(x: torch.Tensor) -> float:

@@ -9,6 +9,7 @@ writes the record as ``results.json`` with an HTML page.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -16,8 +17,9 @@ import torch
 from torch import nn
 
 from normlab._progress import report_progress
+from normlab.probes.outliers import _strict
 
-__all__ = ["PROBES", "REFERENCE", "headline", "probe_model"]
+__all__ = ["PROBES", "REFERENCE", "format_value", "headline", "nonfinite_summary", "probe_model"]
 
 #: What a healthy model shows, for the terminal summary (sources in the docstrings of
 #: :mod:`normlab.probes.outliers` and :mod:`normlab.probes.sinks`).
@@ -31,34 +33,95 @@ REFERENCE = {
 }
 
 
+NONFINITE = "non-finite"
+
+
+def format_value(value: float | None, spec: str) -> str:
+    """``value`` formatted with ``spec``, or "non-finite" for ``None`` / NaN / inf."""
+    if value is None or not math.isfinite(value):
+        return NONFINITE
+    return format(value, spec)
+
+
 def headline(results: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """``(metric, value, reference)`` rows of a :func:`probe_model` record, for terminals."""
+    """``(metric, value, reference)`` rows of a :func:`probe_model` record, for terminals.
+
+    A non-finite value reads "non-finite" and gets no reference (nothing about it is
+    healthy); a first row "non-finite statistics" says in how many sites.
+    """
     p = results.get("probes", {})
     rows: list[tuple[str, str, str]] = []
+    bad = results.get("nonfinite", {})
+    if bad:
+        rows.append(("non-finite statistics", nonfinite_summary(bad), ""))
     if "outliers" in p:
         o = p["outliers"]
-        rows.append(("max inf-norm (block outputs)", f"{o['max_inf_norm']:.4g}", ""))
-        rows.append(("avg kurtosis (per sequence)", f"{o['avg_kurtosis']:.4g}", ""))
+        rows.append(("max inf-norm (block outputs)", format_value(o["max_inf_norm"], ".4g"), ""))
+        rows.append(("avg kurtosis (per sequence)", format_value(o["avg_kurtosis"], ".4g"), ""))
+        token = o.get("avg_token_kurtosis"), o.get("max_token_kurtosis")
+        if "max_token_kurtosis" in o:
+            text = f"{format_value(token[0], '.4g')} mean, {format_value(token[1], '.4g')} max"
+            rows.append(("kurtosis per token", text, ""))
         if "norm_input" in o.get("by_kind", {}):
-            rows.append(
-                (
-                    "max inf-norm (norm inputs)",
-                    f"{o['by_kind']['norm_input']['max_inf_norm']:.4g}",
-                    "",
-                )
-            )
+            value = format_value(o["by_kind"]["norm_input"]["max_inf_norm"], ".4g")
+            rows.append(("max inf-norm (norm inputs)", value, ""))
         if o.get("largest"):
             t = o["largest"][0]
             where = f"{t['name']} seq {t['sequence']} token {t['token']} channel {t['channel']}"
-            rows.append(("top activation / median", f"{t['ratio']:.4g}x ({where})", ""))
+            rows.append(
+                ("top activation / median", f"{format_value(t['ratio'], '.4g')}x ({where})", "")
+            )
     if "sinks" in p:
         s = p["sinks"]
-        rows.append(("sink score", f"{s['sink_score']:.3f}", ""))
+        rows.append(("sink score", format_value(s["sink_score"], ".3f"), ""))
         n = results.get("tokens", [0, 0])[-1] or 1
-        rows.append(("first-token mass", f"{s['first_token_mass']:.3f} (1/T = {1 / n:.3f})", ""))
-        for name, mass in s.get("special_mass", {}).items():
-            rows.append((f"mass on {name}", f"{mass:.3f}", "special tokens often act as sinks"))
-    return [(k, v, r or REFERENCE.get(k, "")) for k, v, r in rows]
+        mass = f"{format_value(s['first_token_mass'], '.3f')} (1/T = {1 / n:.3f})"
+        rows.append(("first-token mass", mass, ""))
+        for name, value in s.get("special_mass", {}).items():
+            rows.append(
+                (
+                    f"mass on {name}",
+                    format_value(value, ".3f"),
+                    "special tokens often act as sinks",
+                )
+            )
+    out = []
+    for k, v, r in rows:
+        out.append((k, v, "" if NONFINITE in v else r or REFERENCE.get(k, "")))
+    return out
+
+
+def nonfinite_summary(bad: dict[str, list[str]]) -> str:
+    """ "non-finite in N sites (outliers: 3, sinks: 2)" for a record's ``nonfinite``."""
+    n = sum(len(v) for v in bad.values())
+    parts = ", ".join(f"{k}: {len(v)}" for k, v in bad.items())
+    return f"non-finite in {n} sites ({parts})"
+
+
+def _nan_paths(obj: Any, path: str) -> list[str]:
+    """Where ``obj`` holds a non-finite float (``depth.variance[3]``, ...)."""
+    if isinstance(obj, float):
+        return [] if math.isfinite(obj) else [path]
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in _nan_paths(v, f"{path}.{k}")]
+    if isinstance(obj, list | tuple):
+        return [p for i, v in enumerate(obj) for p in _nan_paths(v, f"{path}[{i}]")]
+    return []
+
+
+def _nonfinite(results: dict[str, Any]) -> dict[str, list[str]]:
+    """Per probe, the sites (outlier sites, sink layers, other values) that are not finite."""
+    bad: dict[str, list[str]] = {}
+    for name, record in results.items():
+        if name == "outliers":
+            sites = list(record["nonfinite"])
+        elif name == "sinks":
+            sites = [f"layer {i}" for i in record["nonfinite_layers"]]
+        else:
+            sites = _nan_paths(record, name)
+        if sites:
+            bad[name] = sites
+    return bad
 
 
 #: The probes :func:`probe_model` runs, in order.
@@ -88,6 +151,9 @@ def probe_model(
     Causal models are probed on ``tokens[:, :-1]`` with next-token targets
     ``tokens[:, 1:]``; encoders on all of ``tokens``. The model is not changed. Progress
     (probes done of :data:`PROBES`) goes to :func:`normlab._progress.report_progress`.
+    The record is strict JSON: every non-finite number is ``None``, and ``"nonfinite"``
+    lists per probe the sites where one was (empty for a healthy model; see
+    :func:`nonfinite_summary`).
 
     Args:
         model: a model :func:`normlab.probes.adapt` understands.
@@ -160,5 +226,6 @@ def probe_model(
         _attempt("swap", lambda: swap_kl(adapter, x).to_dict(), results, skipped)
     if "swap" in skipped:
         report_progress("probes", len(PROBES), len(PROBES))
-    out["probes"], out["skipped"] = results, skipped
+    out["nonfinite"] = _nonfinite(results)
+    out["probes"], out["skipped"] = _strict(results), skipped
     return out

@@ -7,11 +7,13 @@ average the attention that later queries give to ``k``:
 with ``k`` the first token. The plain first-token mass, ``mean_i A[i, 0]`` over queries,
 layers and heads, is reported beside it (with ``k = 0`` it equals the mean ``alpha_0``).
 Rows of a Softmax1 head may sum to less than 1; the numbers are taken as they are.
+Non-finite attention (a model with NaN weights) makes the sink score NaN, never 0.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +22,7 @@ import torch
 from torch import nn
 
 from normlab.probes.hooks import adapt
+from normlab.probes.outliers import _strict
 
 __all__ = ["SinkReport", "eager_attention", "sink_alpha", "sink_stats"]
 
@@ -69,15 +72,23 @@ class SinkReport:
     key: int
     special_mass: dict[str, float] = field(default_factory=dict)
 
+    def nonfinite_layers(self) -> list[int]:
+        """Layers with a non-finite ``alpha`` (NaN attention, e.g. from NaN weights)."""
+        return [i for i, row in enumerate(self.alpha) if not all(math.isfinite(a) for a in row)]
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "sink_score": self.sink_score,
-            "first_token_mass": self.first_token_mass,
-            "alpha": [list(a) for a in self.alpha],
-            "threshold": self.threshold,
-            "key": self.key,
-            "special_mass": dict(self.special_mass),
-        }
+        """JSON-ready, with every non-finite number as ``None`` (strict JSON)."""
+        return _strict(
+            {
+                "sink_score": self.sink_score,
+                "first_token_mass": self.first_token_mass,
+                "alpha": [list(a) for a in self.alpha],
+                "threshold": self.threshold,
+                "key": self.key,
+                "special_mass": dict(self.special_mass),
+                "nonfinite_layers": self.nonfinite_layers(),
+            }
+        )
 
 
 @contextlib.contextmanager
@@ -178,8 +189,9 @@ def sink_stats(
     alpha = sum(wi * torch.stack([s[0] for s in ps]) for wi, ps in zip(w, parts, strict=True))
     first = sum(wi * torch.stack([s[1] for s in ps]) for wi, ps in zip(w, parts, strict=True))
     spec = sum(wi * torch.stack([s[2] for s in ps]) for wi, ps in zip(w, parts, strict=True))
+    score = float((alpha > threshold).double().mean())  # NaN > eps is False: say NaN instead
     return SinkReport(
-        sink_score=float((alpha > threshold).double().mean()),
+        sink_score=score if bool(alpha.isfinite().all()) else float("nan"),
         first_token_mass=float(first.mean()),
         alpha=tuple(tuple(float(v) for v in row) for row in alpha),
         threshold=threshold,

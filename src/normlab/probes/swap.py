@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from normlab._records import Record
 from normlab.probes._runner import BlockSubsetRunner, as_block_runner
 
 __all__ = ["PruneCurve", "SwapKL", "kl_to_base", "pruning_curve", "pruning_order", "swap_kl"]
@@ -51,7 +52,7 @@ def kl_to_base(base: torch.Tensor, other: torch.Tensor, *, positions: str = "all
 
 
 @dataclass(frozen=True)
-class SwapKL:
+class SwapKL(Record):
     """Swap-KL of every layer pair under both protocols.
 
     Attributes:
@@ -88,10 +89,7 @@ class SwapKL:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "replacement": [list(r) for r in self.replacement],
-            "directed": [list(r) for r in self.directed],
-            "interchange": [list(r) for r in self.interchange],
-            "positions": self.positions,
+            **super().to_dict(),
             "order_replacement": self.order("replacement"),
             "order_interchange": self.order("interchange"),
         }
@@ -154,7 +152,7 @@ def swap_kl(model: Any, tokens: torch.Tensor, *, positions: str = "all") -> Swap
 
 
 @dataclass(frozen=True)
-class PruneCurve:
+class PruneCurve(Record):
     """KL (and loss) after removing the first ``k`` layers of an order, ``k = 0..K``.
 
     Attributes:
@@ -166,9 +164,6 @@ class PruneCurve:
     order: tuple[int, ...]
     kl: tuple[float, ...]
     loss: tuple[float, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"order": list(self.order), "kl": list(self.kl), "loss": list(self.loss)}
 
 
 @torch.no_grad()

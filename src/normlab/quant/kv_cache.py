@@ -189,3 +189,7 @@ def __getattr__(name: str) -> Any:
     if name in __all__:
         return _classes()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

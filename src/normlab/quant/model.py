@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normlab._marks import mark_changed
 from normlab.quant.spec import QuantFormat, preset
 
 __all__ = ["QuantLinear", "calibrate", "dequantize_model", "quantize_model", "quantized"]
@@ -155,6 +156,8 @@ def quantize_model(
             module, weights=weights, activations=activations, backward=backward, grads=grads
         )
         setattr(parent, attr, wrapper)
+    if targets:  # save_pretrained then refuses instead of writing weights that load wrong
+        mark_changed(model, "quantize_model")
     return [name for name, _ in targets]
 
 

@@ -16,7 +16,8 @@ NSNQuant (``paper("nsnquant")``), per chunk of tokens:
    residual VQ with a second 256-word codebook fitted to the N(0, I) residuals.
 
 Decoding: ``x_hat = s1 (s2 H^T h_hat + o)``. Stored: the codes, ``s1`` and ``s2`` per token
-(fp16) and ``o`` per chunk (fp16).
+(fp16) and ``o`` per chunk (fp16), plus one int16 power-of-two exponent per chunk for ``s1``
+(see :class:`NSNQuantizer`: any float32 magnitude, 1e-30 to 1e38, dequantizes correctly).
 
 Baselines: :class:`KMeansVQ`, the same (residual) VQ but with codebooks fitted by k-means
 to calibration data, one per sub-vector position, on the raw vectors; and :class:`IntKIVI`,
@@ -27,14 +28,15 @@ of tokens, values per token over groups of channels), fp16 scale and zero point 
 from __future__ import annotations
 
 import functools
-import io
 import math
 from dataclasses import dataclass, field
 
 import torch
 
-from normlab._io import atomic_write_bytes, cache_dir
+from normlab._checks import check_float
+from normlab._io import cache_dir
 from normlab._registry import Method, register
+from normlab._tensor_cache import cached_tensor
 from normlab.papers import paper
 from normlab.quant.hadamard import hadamard
 
@@ -51,6 +53,10 @@ __all__ = [
 SUB = 8  # sub-vector length
 CODEWORDS = 256  # 8 bits per 8-dim sub-vector and stage = 1 bit per value
 FP16_BITS = 16
+EXPONENT_BITS = 16  # the int16 power-of-two exponent of a chunk's s1
+#: s1 of a chunk brought to [0, 2) is stored as fp16(s1 * 2^14): below fp16's max (65504)
+#: with a factor 2 to spare, and 2^38 of dynamic range inside the chunk before underflow.
+_S1_SHIFT = 14
 
 
 @dataclass(frozen=True)
@@ -110,20 +116,22 @@ def _vq(x: torch.Tensor, codebooks: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return torch.stack(codes), recon
 
 
+def _finite(books: torch.Tensor) -> str | None:
+    return None if bool(torch.isfinite(books).all()) else "non-finite codewords"
+
+
 @functools.cache
 def _gaussian_codebooks(stages: int, seed: int, samples: int) -> torch.Tensor:
-    # deterministic in its arguments, so stored once under the cache folder
-    path = cache_dir() / "codebooks" / f"gaussian-{stages}-{seed}-{samples}-v1.pt"
-    if path.exists():
-        try:
-            return torch.load(path, weights_only=True)
-        except (RuntimeError, OSError, EOFError):
-            pass  # a corrupt file is rebuilt
-    books = _fit_gaussian_codebooks(stages, seed, samples)
-    buffer = io.BytesIO()
-    torch.save(books, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-    return books
+    # deterministic in its arguments, so stored once under the cache folder, verified on
+    # every load (shape, dtype, finite, SHA-256 recorded at write time) and rebuilt if off
+    path = cache_dir() / "codebooks" / f"gaussian-{stages}-{seed}-{samples}-v2.safetensors"
+    return cached_tensor(
+        path,
+        lambda: _fit_gaussian_codebooks(stages, seed, samples),
+        shape=(stages, CODEWORDS, SUB),
+        dtype=torch.float32,
+        check=_finite,
+    )
 
 
 def _fit_gaussian_codebooks(stages: int, seed: int, samples: int) -> torch.Tensor:
@@ -170,6 +178,31 @@ def _check_dim(d: int) -> None:
         raise ValueError(f"the vector size must be a power of two >= {SUB}, got {d}.")
 
 
+def _check_chunk(x: torch.Tensor) -> None:
+    check_float(x, "NSNQuant input")
+    if x.dim() < 2:
+        raise ValueError(
+            f"NSNQuant quantizes chunks of shape (..., tokens, d), got shape {tuple(x.shape)}; "
+            "add a token dimension, e.g. x[None] for a single vector."
+        )
+    _check_dim(x.shape[-1])
+
+
+def _chunk_exponent(x: torch.Tensor) -> torch.Tensor:
+    """Integer ``k`` per chunk ``(..., 1, 1)`` with ``max |x| / 2^k`` in [1, 2).
+
+    0 for chunks that are empty, all zero or hold NaN/inf (their result is then as the
+    unscaled computation gives it: zeros, or NaN confined to the chunk).
+    """
+    lead = x.shape[:-2]
+    if x.numel() == 0:
+        return torch.zeros((*lead, 1, 1), dtype=torch.int32, device=x.device)
+    amax = x.abs().amax(dim=(-2, -1), keepdim=True)
+    _, exponent = torch.frexp(amax)
+    usable = torch.isfinite(amax) & (amax > 0)
+    return torch.where(usable, exponent - 1, torch.zeros_like(exponent))
+
+
 class NSNQuantizer:
     """NSNQuant: Normalize-Shift-Normalize, Hadamard, and VQ with one N(0, I) codebook.
 
@@ -192,14 +225,37 @@ class NSNQuantizer:
         return self.codebooks.numel() * FP16_BITS // 8
 
     def quantize(self, x: torch.Tensor) -> QuantizedChunk:
-        _check_dim(x.shape[-1])
+        """Quantize a chunk ``(..., tokens, d)`` (any float dtype; computed in float32).
+
+        The chunk is first brought to unit scale by a power of two ``2^k`` (exact), so the
+        norms cannot overflow or underflow; ``s1`` (of the scaled chunk, below 2) is
+        stored as fp16 of ``s1 * 2^14`` and ``k - 14`` as one int16 per chunk, so
+        ``s1 = fp16 * 2^(k - 14)`` covers float32's whole range where plain fp16 scales
+        overflowed from about 1e5 (all NaN) and flushed to zero below about 1e-8. Cost:
+        16 bits per chunk (0.125 B per token and head for a 128-token chunk, 2 B/token for
+        a one-token chunk); ``s2`` (below 2 by construction) and ``o`` (entries at most
+        ``sqrt(d)``) stay fp16.
+        """
+        _check_chunk(x)
         xf = x.float()
-        z, s1, s2, o = nsn_normalize(xf)
+        k = _chunk_exponent(xf)
+        z, s1, s2, o = nsn_normalize(torch.ldexp(xf, -k))
         h = hadamard(z) if self.rotate else z
         codes, _ = _vq(h.reshape(-1, SUB), self.codebooks)
         tokens = s1.numel()
-        bits = codes.numel() * 8 + 2 * tokens * FP16_BITS + o.numel() * FP16_BITS
-        data = {"codes": codes.to(torch.uint8), "s1": s1.half(), "s2": s2.half(), "o": o.half()}
+        bits = (
+            codes.numel() * 8
+            + 2 * tokens * FP16_BITS
+            + o.numel() * FP16_BITS
+            + k.numel() * EXPONENT_BITS
+        )
+        data = {
+            "codes": codes.to(torch.uint8),
+            "s1": torch.ldexp(s1, torch.full_like(k, _S1_SHIFT)).half(),
+            "s1_exp": (k - _S1_SHIFT).to(torch.int16),
+            "s2": s2.half(),
+            "o": o.half(),
+        }
         return QuantizedChunk(data, bits, tuple(x.shape))
 
     def dequantize(self, q: QuantizedChunk, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -207,7 +263,8 @@ class NSNQuantizer:
         h = sum(book[c] for book, c in zip(self.codebooks, codes, strict=True))
         h = h.reshape(q.shape)
         z = hadamard(h) if self.rotate else h
-        s1, s2, o = (q.data[k].float() for k in ("s1", "s2", "o"))
+        s2, o = (q.data[k].float() for k in ("s2", "o"))
+        s1 = torch.ldexp(q.data["s1"].float(), q.data["s1_exp"].int())
         return (s1 * (s2 * z + o)).to(dtype)
 
     def __repr__(self) -> str:

@@ -9,12 +9,13 @@ activation format under the names of common schemes, for
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from normlab._records import Record
 from normlab._registry import Method, register
 from normlab.papers import paper
 from normlab.quant.formats import (
@@ -30,7 +31,7 @@ FORMAT_KINDS = ("int", "nvfp4", "mxfp4")
 
 
 @dataclass(frozen=True)
-class QuantFormat:
+class QuantFormat(Record):
     """One fake-quantization format; ``fmt(x)`` rounds ``x`` to it.
 
     Attributes:
@@ -89,9 +90,6 @@ class QuantFormat:
             bounds=bounds,
             ste=ste,
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def __str__(self) -> str:
         if self.kind != "int":

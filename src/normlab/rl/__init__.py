@@ -44,3 +44,7 @@ def __getattr__(name: str) -> Any:
             ) from err
         return getattr(wrappers, name)
     raise AttributeError(f"module 'normlab.rl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

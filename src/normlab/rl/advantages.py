@@ -2,14 +2,22 @@
 
 Every method maps rewards of completions grouped by prompt to advantages with one call,
 :func:`advantages`, and is registered as kind ``"advantage"``. The semantics of the methods
-TRL's ``GRPOTrainer`` has (``scale_rewards="group" | "batch" | "none"``) are TRL's:
+TRL 1.16 has (``GRPOTrainer`` with ``scale_rewards="group" | "batch" | "none"`` and
+``multi_objective_aggregation="normalize_then_sum"``, ``RLOOTrainer``) are TRL's:
 
-- several reward columns ``(N, K)`` are combined as ``nansum(rewards * weights, dim=1)``, so a
-  NaN (a reward function that returned ``None``) counts as 0 and a sample whose every column is
-  NaN gets reward 0, exactly as in TRL;
-- the group mean is subtracted; the std is Bessel-corrected (``torch.std``); ``eps = 1e-4`` is
-  added to the std, not to the variance, so a constant group gives advantage 0, never NaN;
-- a single-sample group has advantage 0 (TRL's ``num_generations == 1`` branch sets its std to 0).
+- several reward columns ``(N, K)`` are combined as ``nansum(rewards * weights, dim=1)``: a
+  NaN column (a reward function that returned ``None``) counts as 0;
+- a sample whose every column is NaN (a NaN in ``(N,)`` rewards) is *unscorable*: it is left
+  out of its group's and the batch's mean and std, and its advantage is 0;
+- the group mean is subtracted; the std is Bessel-corrected; ``eps = 1e-4`` is added to the
+  std, not to the variance, so a constant group gives advantage 0, never NaN; a group with
+  fewer than two scorable samples has advantage 0.
+
+Rewards must be finite (+-inf raises a ``ValueError`` naming the index; mark a sample you
+cannot score with NaN). Integer rewards are cast to the default float dtype, float16/bfloat16
+are computed in float32. Statistics are computed on rewards divided by a power of two near
+their magnitude (:mod:`normlab.rl._stats`), so no sum or square overflows: ``A(c r, eps)``
+equals ``A(r, eps / c)`` for the scale-free methods up to rounding, at any finite size.
 """
 
 from __future__ import annotations
@@ -22,62 +30,13 @@ import torch
 
 from normlab._registry import Method, register
 from normlab.papers import paper
+from normlab.rl._stats import check_rewards, group_index, group_moments, pow2_scale, safe_div
+from normlab.rl.preference import PreferenceGroupAdvantage
 
 __all__ = ["METHODS", "PreferenceGroupAdvantage", "advantages", "group_index"]
 
 #: Every method :func:`advantages` accepts.
 METHODS: tuple[str, ...] = ("grpo", "batch-std", "dr-grpo", "rloo", "gdpo", "slas", "p-grpo")
-
-
-def group_index(groups: torch.Tensor | Sequence[int] | int, n: int) -> torch.Tensor:
-    """Dense group ids ``0..G-1`` (int64, shape ``(n,)``) from ids or a group size.
-
-    Args:
-        groups: a group id per sample (any integers), or an int ``g``: consecutive groups of
-            ``g`` samples, TRL's ``num_generations`` layout.
-        n: the number of samples.
-    """
-    if n == 0:
-        raise ValueError("advantages got no rewards; pass at least one sample per group.")
-    if isinstance(groups, int) and not isinstance(groups, bool):
-        if groups < 1 or n % groups:
-            raise ValueError(
-                f"A group size of {groups} does not divide {n} rewards; pass a size that "
-                "divides the batch (TRL's num_generations) or a group id per sample."
-            )
-        return torch.arange(n) // groups
-    ids = torch.as_tensor(groups)
-    if ids.shape != (n,):
-        raise ValueError(
-            f"groups has shape {tuple(ids.shape)}; expected one id per reward ({n},)."
-        )
-    if ids.is_floating_point() or ids.dtype == torch.bool:
-        raise TypeError(f"Group ids must be integers; got dtype {ids.dtype}.")
-    return torch.unique(ids.cpu(), return_inverse=True)[1].to(ids.device)
-
-
-def _group_stats(r: torch.Tensor, gid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sample group mean and Bessel std (0 for single-sample groups), NaN-free input."""
-    g = int(gid.max()) + 1
-    count = torch.zeros(g, dtype=r.dtype, device=r.device).index_add_(0, gid, torch.ones_like(r))
-    mean = torch.zeros(g, dtype=r.dtype, device=r.device).index_add_(0, gid, r) / count
-    dev = r - mean[gid]
-    ss = torch.zeros(g, dtype=r.dtype, device=r.device).index_add_(0, gid, dev * dev)
-    std = torch.where(count > 1, ss / (count - 1).clamp_min(1), torch.zeros_like(ss)).sqrt()
-    return mean[gid], std[gid]
-
-
-def _batch_std(r: torch.Tensor) -> torch.Tensor:
-    return r.std() if r.numel() > 1 else torch.zeros((), dtype=r.dtype, device=r.device)
-
-
-def _combine(
-    rewards: torch.Tensor, weights: Sequence[float] | torch.Tensor | None
-) -> torch.Tensor:
-    if rewards.ndim == 1:
-        return torch.nan_to_num(rewards, nan=0.0)
-    w = _weights(rewards, weights)
-    return (rewards * w).nansum(dim=1)
 
 
 def _weights(rewards: torch.Tensor, weights) -> torch.Tensor:
@@ -87,7 +46,21 @@ def _weights(rewards: torch.Tensor, weights) -> torch.Tensor:
     w = torch.as_tensor(weights, dtype=rewards.dtype, device=rewards.device)
     if w.shape != (k,):
         raise ValueError(f"weights has shape {tuple(w.shape)}; expected one per column ({k},).")
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError(f"weights must be finite; got {w.tolist()}.")
     return w
+
+
+def _combine(r: torch.Tensor, weights) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(c, scale)`` with the combined reward ``nansum(r * w, 1) = scale * c``, NaN if
+    unscorable; ``scale`` is a power of two, so ``c`` never overflows."""
+    big = pow2_scale(torch.where(torch.isnan(r), 0, r.abs()).amax())
+    if r.ndim == 1:
+        return r / big, big
+    w = _weights(r, weights)
+    wbig = pow2_scale(w.abs().amax())
+    c = (r / big * (w / wbig)).nansum(dim=1)
+    return torch.where(torch.isnan(r).all(dim=1), torch.nan, c), big * wbig
 
 
 def advantages(
@@ -103,24 +76,26 @@ def advantages(
     r"""Advantages of grouped rewards by one of the GRPO-family rules.
 
     With ``r`` the (weighted, NaN-summed) reward, ``mu_g`` / ``sigma_g`` its group mean and
-    Bessel std and ``sigma_B`` the std over the whole batch:
+    Bessel std and ``sigma_B`` the std over the whole batch, all over scorable samples:
 
     - ``"grpo"`` (:func:`paper("grpo")`; TRL ``scale_rewards="group"``):
       :math:`A = (r - \mu_g) / (\sigma_g + \epsilon)`.
     - ``"batch-std"`` (TRL ``"batch"``): :math:`A = (r - \mu_g) / (\sigma_B + \epsilon)`.
     - ``"dr-grpo"`` (Dr. GRPO; TRL ``"none"``): :math:`A = r - \mu_g`.
-    - ``"rloo"`` (RLOO): :math:`A_i = r_i - (\sum_g r - r_i) / (n_g - 1)`; needs ``n_g >= 2``.
-    - ``"gdpo"`` (GDPO): each column ``k`` z-scored in its group with NaN-aware mean/std,
-      summed with ``weights`` (NaN as 0), then z-scored over the batch (mean and Bessel std).
+    - ``"rloo"`` (RLOO; TRL ``RLOOTrainer``): :math:`A_i = r_i - (\sum_g r - r_i) / (n_g - 1)`
+      over the ``n_g`` scorable samples; every group needs ``>= 2`` samples.
+    - ``"gdpo"`` (GDPO; TRL ``"normalize_then_sum"``): each column ``k`` z-scored in its
+      group with NaN-aware mean/std, summed with ``weights`` (NaN as 0), then z-scored over
+      the batch's scorable samples (mean and Bessel std).
     - ``"slas"`` (SLAS, "Reward Hacking and Advantage Normalization in GRPO for
       Text-to-Image"): :math:`a = (r - \mu_g) / (\sigma_B + \epsilon)` then
       :math:`A = \mathrm{sign}(a) |a|^{1 + \gamma}`; the paper does not publish gamma, 0.5
       is normlab's default.
-    - ``"p-grpo"`` (P-GRPO): ``groups`` are preference groups; see
+    - ``"p-grpo"`` (P-GRPO): ``groups`` are preference-group ids; see
       :class:`PreferenceGroupAdvantage`, passed as ``state``.
 
     Args:
-        rewards: ``(N,)`` or ``(N, K)`` rewards (K reward columns).
+        rewards: ``(N,)`` or ``(N, K)`` finite rewards (K reward columns); NaN = no score.
         groups: a group id per sample, or a group size (consecutive groups, TRL's layout).
         method: one of :data:`METHODS`.
         eps: added to the std (TRL: 1e-4).
@@ -129,129 +104,77 @@ def advantages(
         state: the running statistics for ``"p-grpo"``.
 
     Returns:
-        ``(N,)`` advantages, in the rewards' dtype.
+        ``(N,)`` advantages, in the rewards' dtype (the default float dtype for integers).
+
+    Raises:
+        ValueError: an infinite reward, a bad group layout, or an advantage (``dr-grpo``,
+            ``rloo``) too large for the dtype.
     """
-    if not isinstance(rewards, torch.Tensor) or not rewards.is_floating_point():
-        raise TypeError("rewards must be a floating-point tensor of shape (N,) or (N, K).")
-    if rewards.ndim not in (1, 2):
-        raise ValueError(f"rewards has shape {tuple(rewards.shape)}; expected (N,) or (N, K).")
-    if not eps >= 0:
-        raise ValueError(f"eps must be >= 0; got {eps}.")
+    r = check_rewards(rewards)
+    dtype = rewards.dtype if rewards.is_floating_point() else r.dtype
+    if not (math.isfinite(eps) and eps >= 0):
+        raise ValueError(f"eps must be finite and >= 0; got {eps}.")
     key = method.lower().replace("_", "-")
     if key not in METHODS:
         raise ValueError(f"Unknown advantage method {method!r}; expected one of {METHODS}.")
-    gid = group_index(groups, rewards.shape[0])
+    if key == "slas" and not (math.isfinite(gamma) and gamma >= 0):
+        raise ValueError(f"SLAS's gamma must be finite and >= 0; got {gamma}.")
+    gid = group_index(groups, r.shape[0]).to(r.device)
     if key == "p-grpo":
         if state is None:
             raise ValueError(
                 "method='p-grpo' keeps running statistics per preference group: pass "
                 "state=PreferenceGroupAdvantage() and reuse it across batches."
             )
-        return state(_combine(rewards, weights), groups)
+        c, scale = _combine(r, weights)
+        return state((c * scale).to(dtype), groups)
     if key == "gdpo":
-        return _gdpo(rewards, gid, eps, weights)
-    r = _combine(rewards, weights)
-    mean, std = _group_stats(r, gid)
+        a = _gdpo(r, gid, eps, weights)
+    else:
+        a = _grouped(r, gid, key, eps, weights, gamma)
+    a = a.to(dtype)
+    bad = ~torch.isfinite(a)
+    if bool(bad.any()):
+        raise ValueError(
+            f"The {key} advantage of sample {int(bad.nonzero()[0, 0])} overflows {dtype}: "
+            "it is larger than the dtype holds. Pass float64 rewards or rescale them."
+        )
+    return a
+
+
+def _grouped(r, gid, key: str, eps: float, weights, gamma: float) -> torch.Tensor:
+    c, scale = _combine(r, weights)
+    m = group_moments(c, gid)
+    e = eps / scale  # eps in the units of c
     if key == "grpo":
-        return (r - mean) / (std + eps)
-    if key == "batch-std":
-        return (r - mean) / (_batch_std(r) + eps)
-    if key == "dr-grpo":
-        return r - mean
-    if key == "rloo":
-        count = torch.bincount(gid).to(r.dtype)[gid]
-        if bool((count < 2).any()):
+        a = safe_div(m.x - m.mu, m.sd + e / m.s)
+    elif key in ("batch-std", "slas"):
+        b = group_moments(c, torch.zeros_like(gid))
+        a = safe_div((m.x - m.mu) * (m.s / b.s), b.sd + e / b.s)
+        if key == "slas":
+            a = torch.sign(a) * a.abs().pow(1.0 + gamma)
+    elif key == "dr-grpo":
+        a = (m.x - m.mu) * m.s * scale
+    else:
+        if bool((torch.bincount(gid) < 2).any()):
             raise ValueError("RLOO needs at least 2 samples in every group (leave-one-out).")
-        return (r - mean) * count / (count - 1)  # r - (n mean - r)/(n - 1)
-    if not gamma >= 0:
-        raise ValueError(f"SLAS's gamma must be >= 0; got {gamma}.")
-    a = (r - mean) / (_batch_std(r) + eps)
-    return torch.sign(a) * a.abs().pow(1.0 + gamma)
+        ratio = torch.where(m.count > 1, m.count / (m.count - 1).clamp_min(1), 0)
+        a = (m.x - m.mu) * ratio * m.s * scale  # r - (n mean - r)/(n - 1)
+    return torch.where(torch.isnan(c), 0, a)
 
 
 def _gdpo(rewards: torch.Tensor, gid: torch.Tensor, eps: float, weights) -> torch.Tensor:
     cols = rewards if rewards.ndim == 2 else rewards[:, None]
     w = _weights(cols, weights)
+    wbig = pow2_scale(w.abs().amax())
     out = torch.zeros(cols.shape[0], dtype=cols.dtype, device=cols.device)
     for k in range(cols.shape[1]):
-        col = cols[:, k]
-        ok = ~torch.isnan(col)
-        z = torch.zeros_like(col)
-        if bool(ok.any()):
-            mean, std = _group_stats(col[ok], torch.unique(gid[ok], return_inverse=True)[1])
-            z[ok] = (col[ok] - mean) / (std + eps)
-        out = out + w[k] * z
-    return (out - out.mean()) / (_batch_std(out) + eps)
-
-
-class PreferenceGroupAdvantage:
-    r"""P-GRPO: advantages standardised by running reward statistics of each preference group.
-
-    ``A = (r - mu_p) / (sigma_p + eps)`` with ``mu_p`` and ``sigma_p`` (Bessel) the Welford
-    running mean and std of every reward seen for preference group ``p`` in *earlier* batches
-    (the estimator normlab documents: the current batch is scored against its history, then
-    folded into it). A group with fewer than ``min_history`` earlier rewards is scored against
-    its own rewards in the current batch (GRPO-like cold start; a single one gives 0).
-    Paper: :func:`paper("p-grpo")`. The paper's control assigns preference groups at random.
-
-    Args:
-        eps: added to the std.
-        min_history: earlier rewards a group needs before its history is used.
-    """
-
-    def __init__(self, *, eps: float = 1e-4, min_history: int = 2) -> None:
-        if not eps >= 0 or min_history < 2:
-            raise ValueError("P-GRPO needs eps >= 0 and min_history >= 2.")
-        self.eps, self.min_history = float(eps), int(min_history)
-        self.count: dict[int, int] = {}
-        self.mean: dict[int, float] = {}
-        self.m2: dict[int, float] = {}
-
-    def __call__(
-        self, rewards: torch.Tensor, groups: torch.Tensor | Sequence[int]
-    ) -> torch.Tensor:
-        """Advantages of ``rewards`` (``(N,)``) for preference-group ids ``groups``."""
-        if rewards.ndim != 1:
-            raise ValueError("P-GRPO takes (N,) rewards; combine columns first.")
-        r = torch.nan_to_num(rewards, nan=0.0)
-        ids = torch.as_tensor(groups).tolist()
-        if len(ids) != r.shape[0]:
-            raise ValueError(f"{len(ids)} preference ids for {r.shape[0]} rewards.")
-        out = torch.empty_like(r)
-        gid = group_index(torch.as_tensor(ids), r.shape[0])
-        cold_mean, cold_std = _group_stats(r, gid)
-        for i, p in enumerate(ids):
-            n = self.count.get(p, 0)
-            if n >= self.min_history:
-                std = math.sqrt(self.m2[p] / (n - 1))
-                out[i] = (r[i] - self.mean[p]) / (std + self.eps)
-            else:
-                out[i] = (r[i] - cold_mean[i]) / (cold_std[i] + self.eps)
-        for p, value in zip(ids, r.tolist(), strict=True):  # Welford, after scoring
-            n = self.count.get(p, 0) + 1
-            mean = self.mean.get(p, 0.0)
-            delta = value - mean
-            mean += delta / n
-            self.m2[p] = self.m2.get(p, 0.0) + delta * (value - mean)
-            self.count[p], self.mean[p] = n, mean
-        return out
-
-    def reset(self) -> None:
-        """Forget every group's history."""
-        self.count.clear(), self.mean.clear(), self.m2.clear()
-
-    def state_dict(self) -> dict[str, dict[int, float]]:
-        """The running statistics, for checkpointing."""
-        return {"count": dict(self.count), "mean": dict(self.mean), "m2": dict(self.m2)}
-
-    def load_state_dict(self, state: dict[str, dict[int, float]]) -> None:
-        """Restore statistics saved by :meth:`state_dict`."""
-        self.count = {int(k): int(v) for k, v in state["count"].items()}
-        self.mean = {int(k): float(v) for k, v in state["mean"].items()}
-        self.m2 = {int(k): float(v) for k, v in state["m2"].items()}
-
-    def __repr__(self) -> str:
-        return f"PreferenceGroupAdvantage(eps={self.eps}, min_history={self.min_history})"
+        m = group_moments(cols[:, k], gid)
+        z = safe_div(m.x - m.mu, m.sd + eps / m.s)
+        out = out + (w[k] / wbig) * torch.where(torch.isnan(cols[:, k]), 0, z)
+    out = torch.where(torch.isnan(cols).all(dim=1), torch.nan, out)
+    b = group_moments(out, torch.zeros_like(gid))
+    return torch.where(torch.isnan(out), 0, safe_div(b.x - b.mu, b.sd + eps / wbig / b.s))
 
 
 _SUMMARIES = {

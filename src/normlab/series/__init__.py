@@ -7,6 +7,7 @@ and ``auxiliary_loss`` / ``aux_schedule`` for the extra training signals of FAN 
 """
 
 from normlab.series._base import ReversibleNorm, State, instance_stats, moments, window_scale
+from normlab.series.calendar import CalendarRevIN
 from normlab.series.dishts import DishTS
 from normlab.series.fan import FAN, top_k_frequencies
 from normlab.series.johnson import (
@@ -27,6 +28,7 @@ __all__ = [
     "DELTA_RANGE",
     "FAN",
     "SAN",
+    "CalendarRevIN",
     "DishTS",
     "JohnsonFit",
     "NoRIN",

@@ -10,9 +10,32 @@ from torch import nn
 
 from normlab._registry import Method, register
 from normlab.papers import paper
-from normlab.series._base import ReversibleNorm, State
+from normlab.series._base import ReversibleNorm, State, shift_origin
 
 __all__ = ["FAN", "top_k_frequencies"]
+
+
+def _split(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(main, x - main)`` for :func:`top_k_frequencies`, the residual without rounding.
+
+    Computed relative to each window's first value ``x_0``: with ``d = x - x_0`` the
+    spectrum of ``x`` is that of ``d`` plus ``L x_0`` at bin 0, so the bins are chosen from
+    it, and the residual is ``d - main(d)`` (plus ``x_0`` when the mean is not kept). A
+    large offset (1e6) then costs the residual no digits.
+    """
+    if x.numel() == 0:  # an empty batch (or no channels): nothing to transform
+        return torch.zeros_like(x), x.clone()
+    dev, origin = shift_origin(x)
+    spectrum = torch.fft.rfft(dev, dim=1)
+    full = spectrum.clone()
+    full[:, :1] = full[:, :1] + x.shape[1] * origin
+    k = min(k, spectrum.shape[1])
+    top = full.abs().topk(k, dim=1).indices
+    mask = torch.zeros_like(spectrum, dtype=torch.bool).scatter_(1, top, True)
+    main_dev = torch.fft.irfft(spectrum * mask, n=x.shape[1], dim=1)
+    keeps_mean = mask[:, :1].to(x.dtype)
+    main = main_dev + origin * keeps_mean
+    return main, dev - main_dev + origin * (1.0 - keeps_mean)
 
 
 def top_k_frequencies(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -22,13 +45,7 @@ def top_k_frequencies(x: torch.Tensor, k: int) -> torch.Tensor:
     are kept and the rest zeroed; the result is ``irfft`` of what is kept, with length
     ``L``. The mean (bin 0) is one of the candidates, so a level shift is removed too.
     """
-    if x.numel() == 0:  # an empty batch (or no channels): nothing to transform
-        return torch.zeros_like(x)
-    spectrum = torch.fft.rfft(x, dim=1)
-    k = min(k, spectrum.shape[1])
-    top = spectrum.abs().topk(k, dim=1).indices
-    mask = torch.zeros_like(spectrum, dtype=torch.bool).scatter_(1, top, True)
-    return torch.fft.irfft(spectrum * mask, n=x.shape[1], dim=1)
+    return _split(x, k)[0]
 
 
 class FAN(ReversibleNorm):
@@ -88,14 +105,14 @@ class FAN(ReversibleNorm):
         self, x: torch.Tensor, *, index: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, State]:
         xf = self._check_input(x)
-        main = top_k_frequencies(xf, self.k)
+        main, residual = _split(xf, self.k)
         # the predictor runs in its own dtype (e.g. float32 weights on a float64 window)
         wd = self.freq_in.weight.dtype
         h = F.relu(self.freq_in(main.transpose(1, 2).to(wd)))
         pred = self.out(F.relu(self.mix(torch.cat([h, xf.transpose(1, 2).to(wd)], dim=-1))))
         pred = pred.to(xf.dtype).transpose(1, 2)
         state: State = {"main": main, "horizon_main": pred, "batch": x.shape[0]}
-        return (xf - main).to(x.dtype), state
+        return residual.to(x.dtype), state
 
     def denormalize(self, y: torch.Tensor, state: State) -> torch.Tensor:
         yf = self._check_output(y, state)

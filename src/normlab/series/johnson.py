@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from normlab._records import Record
+
 __all__ = [
     "JohnsonFit",
     "johnson_su",
@@ -65,7 +67,7 @@ def moment_matched(
 
 
 @dataclass(frozen=True)
-class JohnsonFit:
+class JohnsonFit(Record):
     """A Johnson S_U fit by Slifker-Shapiro, or the documented fallback.
 
     Attributes:
@@ -83,17 +85,6 @@ class JohnsonFit:
     ratio: float
     family: str
     fallback: bool
-
-    def to_dict(self) -> dict[str, float | str | bool]:
-        return {
-            "gamma": self.gamma,
-            "delta": self.delta,
-            "xi": self.xi,
-            "lam": self.lam,
-            "ratio": self.ratio,
-            "family": self.family,
-            "fallback": self.fallback,
-        }
 
 
 def _phi(t: float) -> float:

@@ -9,7 +9,7 @@ from torch import nn
 
 from normlab._registry import Method, register
 from normlab.papers import paper
-from normlab.series._base import ReversibleNorm, State, instance_stats
+from normlab.series._base import ReversibleNorm, State, instance_stats, shift_origin
 
 __all__ = ["RevIN"]
 
@@ -19,7 +19,9 @@ class RevIN(ReversibleNorm):
 
     Per window and channel, ``mu = mean_t x`` and ``sigma = sqrt(var_t x + eps)`` (biased
     variance, both detached); ``z = gamma * (x - loc) / sigma + beta`` with ``loc = mu``, or
-    the window's last value when ``subtract_last``; the forecast is restored by
+    the window's last value when ``subtract_last`` (the centring is computed relative to
+    the window's first value, :func:`~normlab.series._base.shift_origin`, so a 1e6 offset
+    costs no digits); the forecast is restored by
     ``y = (y_hat - beta) / (gamma + eps^2) * sigma + loc`` (Kim et al., 2022).
 
     With ``subtract_last`` the last value is *not* detached: gradients flow through it into
@@ -78,12 +80,18 @@ class RevIN(ReversibleNorm):
         self, x: torch.Tensor, *, index: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, State]:
         xf = self._check_input(x)
-        mu, sigma = instance_stats(xf, self.eps)
-        loc = xf[:, -1:, :] if self.subtract_last else mu  # kept in the graph, as upstream
+        dev, origin = shift_origin(xf)  # centred in a shifted form: exact at large offsets
+        mu, sigma = instance_stats(dev, self.eps)
+        if self.subtract_last:
+            loc = xf[:, -1:, :]  # kept in the graph, as upstream
+            u = (xf - loc) / sigma
+        else:
+            loc = origin + mu
+            u = (dev - mu) / sigma
         state: State = {"loc": loc, "scale": sigma, "length": x.shape[1], "batch": x.shape[0]}
         if index is not None:
             state["index"] = index
-        z = self._map((xf - loc) / sigma, state, offset=0)
+        z = self._map(u, state, offset=0)
         if self.gamma is not None:
             z = z * self.gamma.to(z.dtype) + self.beta.to(z.dtype)
         return z.to(x.dtype), state

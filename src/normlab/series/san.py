@@ -11,7 +11,7 @@ from torch import nn
 
 from normlab._registry import Method, register
 from normlab.papers import paper
-from normlab.series._base import ReversibleNorm, State, moments
+from normlab.series._base import ReversibleNorm, State, moments, shift_origin
 
 __all__ = ["SAN"]
 
@@ -110,9 +110,15 @@ class SAN(ReversibleNorm):
             )
         return x.reshape(b, length // self.period, self.period, c)
 
+    def _slice_parts(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``(slices - mean, mean, std)`` per slice, centred relative to each slice's first
+        value (:func:`~normlab.series._base.shift_origin`) so large offsets cost no digits."""
+        dev, origin = shift_origin(self._slices(x), dim=2)
+        mean, std = moments(dev, self.eps, dim=2)
+        return dev - mean, (origin + mean).squeeze(2), std.squeeze(2)
+
     def _slice_stats(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, std = moments(self._slices(x), self.eps, dim=2)
-        return mean.squeeze(2), std.squeeze(2)
+        return self._slice_parts(x)[1:]
 
     @staticmethod
     def _predict(net: nn.Sequential, feats: torch.Tensor) -> torch.Tensor:
@@ -124,12 +130,14 @@ class SAN(ReversibleNorm):
         self, x: torch.Tensor, *, index: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, State]:
         xf = self._check_input(x, min_length=self.period)
-        mean_s, std_s = self._slice_stats(xf)
-        z = (self._slices(xf) - mean_s.unsqueeze(2)) / std_s.unsqueeze(2)
-        m, s = moments(xf, self.eps, dim=1)
-        feats_mu = torch.cat([(mean_s - m) / s, (xf - m) / s], dim=1).transpose(1, 2)
-        feats_sd = torch.cat([std_s / s, (xf - m) / s], dim=1).transpose(1, 2)
-        mu_h = m + s * self._predict(self.mean_net, feats_mu).transpose(1, 2)
+        centred, mean_s, std_s = self._slice_parts(xf)
+        z = centred / std_s.unsqueeze(2)
+        dev, origin = shift_origin(xf)
+        m, s = moments(dev, self.eps, dim=1)
+        u = (dev - m) / s
+        feats_mu = torch.cat([(mean_s - origin - m) / s, u], dim=1).transpose(1, 2)
+        feats_sd = torch.cat([std_s / s, u], dim=1).transpose(1, 2)
+        mu_h = origin + m + s * self._predict(self.mean_net, feats_mu).transpose(1, 2)
         sd_h = (
             s * F.softplus(self._predict(self.std_net, feats_sd).transpose(1, 2)) + self.eps**0.5
         )

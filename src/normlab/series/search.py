@@ -6,11 +6,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from normlab._records import Record
+
 __all__ = ["ShapeSearch", "select_shape"]
 
 
 @dataclass(frozen=True)
-class ShapeSearch:
+class ShapeSearch(Record):
     """The outcome of :func:`select_shape`.
 
     Attributes:
@@ -26,15 +28,6 @@ class ShapeSearch:
     value: float
     trials: list[tuple[float, float, float]] = field(default_factory=list)
     best_trial: int = 0
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "delta": self.delta,
-            "epsilon": self.epsilon,
-            "value": self.value,
-            "trials": [list(t) for t in self.trials],
-            "best_trial": self.best_trial,
-        }
 
 
 def select_shape(

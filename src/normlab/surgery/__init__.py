@@ -5,6 +5,7 @@ from normlab.surgery.fold import FoldResult, apply_fold_structure, fold_layernor
 from normlab.surgery.fold_detect import FoldAnalysis, FoldSite, analyze_fold, is_centering_norm
 from normlab.surgery.fold_gains import GainFold, center_unembed, fold_rms_gains
 from normlab.surgery.fold_verify import FoldCheck, verify_transform
+from normlab.surgery.hf_format import save_hf
 from normlab.surgery.replace import Replacement, is_norm_layer, norm_eps, norm_size, replace_norms
 
 __all__ = [
@@ -27,5 +28,6 @@ __all__ = [
     "norm_size",
     "recalibrate_bn",
     "replace_norms",
+    "save_hf",
     "verify_transform",
 ]

@@ -22,13 +22,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab._records import Record
+
 __all__ = ["BNRecalibration", "batchnorm_modules", "recalibrate_bn"]
 
 Metric = Callable[[nn.Module], float | Mapping[str, float]]
 
 
 @dataclass(frozen=True)
-class BNRecalibration:
+class BNRecalibration(Record):
     """The outcome of :func:`recalibrate_bn`.
 
     Attributes:
@@ -53,18 +55,6 @@ class BNRecalibration:
     def gap(self) -> dict[str, float]:
         """``after - before`` per metric."""
         return {k: self.after[k] - self.before[k] for k in self.before if k in self.after}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "modules": list(self.modules),
-            "batches": self.batches,
-            "samples": self.samples,
-            "before": dict(self.before),
-            "after": dict(self.after),
-            "gap": self.gap,
-            "mean_shift": self.mean_shift,
-            "var_shift": self.var_shift,
-        }
 
 
 def batchnorm_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:

@@ -16,7 +16,9 @@ function is unchanged up to rounding. All arithmetic is done in float64 and cast
 the result is verified against the model's own float32 rounding noise
 (:func:`~normlab.surgery.fold_verify.verify_transform`), not a fixed tolerance.
 Weights shared between a writer and another module (tied input/output embeddings) are
-untied first: the other module gets its own copy, reported in the result.
+untied first: the other module gets its own copy, reported in the result; where the two
+copies end up equal they are tied again. The changed model is marked
+(:func:`normlab._marks.mark_changed`), so its ``save_pretrained`` writes normlab's format.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab._marks import mark_changed
+from normlab._records import Record
 from normlab.layers.norms import RMSNorm
 from normlab.surgery.fold_detect import FoldAnalysis, analyze_fold, run_example
 from normlab.surgery.fold_verify import FoldCheck, model_output, verify_transform
@@ -38,7 +42,7 @@ __all__ = ["FoldResult", "apply_fold_structure", "fold_layernorms", "model_outpu
 
 
 @dataclass(frozen=True)
-class FoldResult:
+class FoldResult(Record):
     """What :func:`fold_layernorms` changed.
 
     Attributes:
@@ -68,13 +72,7 @@ class FoldResult:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "analysis": self.analysis.to_dict(),
-            "folded": list(self.folded),
-            "max_abs_change": self.max_abs_change,
-            "check": None if self.check is None else self.check.to_dict(),
-            **self.structure(),
-        }
+        return {**super().to_dict(), **self.structure()}
 
 
 def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
@@ -87,6 +85,26 @@ def _untie(model: nn.Module, holder_name: str, shared: torch.Tensor | None) -> N
     for attr, p in list(holder.named_parameters(recurse=False)):
         if shared is None or p is shared:
             setattr(holder, attr, nn.Parameter(p.detach().clone(), p.requires_grad))
+
+
+def _retie(model: nn.Module, untied: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """Share the weight again where the fold left both copies equal (to a few float
+    rounding steps; the verification runs on the retied model); the pairs still untied.
+
+    A tied head (GPT-2's ``lm_head`` and ``wte``) stays tied only when the fold changes
+    neither copy or both the same way; folding ``ln_f`` scales the head's columns by
+    ``gamma`` while the embedding rows are centred, so there the copies differ.
+    """
+    kept = []
+    for writer, other in untied:
+        w, holder = model.get_submodule(writer).weight, model.get_submodule(other)
+        h = holder.weight
+        ulp = torch.finfo(w.dtype).eps * float(w.detach().abs().max())
+        if w.shape == h.shape and float((w - h).abs().max()) <= 4 * ulp:  # equal to rounding
+            holder.weight = w
+        else:
+            kept.append((writer, other))
+    return tuple(kept)
 
 
 def _add_bias(module: nn.Module) -> None:
@@ -120,6 +138,7 @@ def apply_fold_structure(model: nn.Module, structure: Mapping[str, Any]) -> None
         like = next(iter(old.parameters()), None)
         parent, child = _parent(model, name)
         setattr(parent, child, _rmsnorm(int(spec["size"]), spec["eps"], spec["affine"], like))
+    mark_changed(model, "fold_layernorms")
 
 
 @torch.no_grad()
@@ -198,6 +217,7 @@ def fold_layernorms(
             b.sub_(b.mean())
     for p, value in work.values():
         p.copy_(value.to(p.dtype))
+    untied = _retie(model, untied)
     specs = {}
     for site in sites:
         ln = model.get_submodule(site.name)
@@ -222,4 +242,6 @@ def fold_layernorms(
     for m, training in modes:
         m.training = training
     folded = tuple(s.name for s in sites)
+    if folded:
+        mark_changed(model, "fold_layernorms")
     return FoldResult(analysis, folded, untied, tuple(added), specs, change, check)

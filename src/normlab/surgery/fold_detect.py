@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab._records import Record
 from normlab.surgery._fold_ops import Tracker, is_centering_norm
 from normlab.surgery._fold_rules import Status
 
@@ -38,7 +39,7 @@ __all__ = ["FoldAnalysis", "FoldSite", "analyze_fold", "is_centering_norm", "run
 
 
 @dataclass(frozen=True)
-class FoldSite:
+class FoldSite(Record):
     """The folding decision for one LayerNorm.
 
     Attributes:
@@ -60,19 +61,9 @@ class FoldSite:
     scales: tuple[float, ...] = ()
     mode: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "foldable": self.foldable,
-            "reasons": list(self.reasons),
-            "writers": list(self.writers),
-            "readers": list(self.readers),
-            "mode": self.mode,
-        }
-
 
 @dataclass(frozen=True)
-class FoldAnalysis:
+class FoldAnalysis(Record):
     """Per-LayerNorm folding decisions for one model.
 
     Attributes:
@@ -101,14 +92,6 @@ class FoldAnalysis:
             if s.name == name:
                 return s
         raise KeyError(f"No LayerNorm named {name!r}; known: {[s.name for s in self.sites]}.")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sites": [s.to_dict() for s in self.sites],
-            "foldable": self.foldable,
-            "tied": [list(t) for t in self.tied],
-            "tied_policy": self.tied_policy,
-        }
 
 
 def run_example(model: nn.Module, example: torch.Tensor | Mapping[str, Any]) -> Any:

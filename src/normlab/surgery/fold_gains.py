@@ -24,6 +24,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
+from normlab._marks import mark_changed
+from normlab._records import Record
 from normlab.surgery._fold_rules import _getitem_axis
 from normlab.surgery.fold_detect import is_centering_norm, run_example
 from normlab.surgery.fold_verify import FoldCheck, verify_transform
@@ -33,7 +35,7 @@ __all__ = ["GainFold", "center_unembed", "fold_rms_gains"]
 
 
 @dataclass(frozen=True)
-class GainFold:
+class GainFold(Record):
     """What :func:`fold_rms_gains` or :func:`center_unembed` did.
 
     Attributes:
@@ -45,13 +47,6 @@ class GainFold:
     folded: Mapping[str, tuple[str, ...]]
     refused: Mapping[str, str]
     check: FoldCheck | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "folded": {k: list(v) for k, v in self.folded.items()},
-            "refused": dict(self.refused),
-            "check": None if self.check is None else self.check.to_dict(),
-        }
 
 
 _METADATA = frozenset({"__get__", "size", "dim", "numel", "is_floating_point", "__len__"})
@@ -198,6 +193,8 @@ def fold_rms_gains(
             norm.weight.fill_(1.0)
             folded[name] = tuple(readers)
     check = verify_transform(original, model, example) if verify and folded else None
+    if folded:
+        mark_changed(model, "fold_rms_gains")
     return GainFold(folded, refused, check)
 
 
@@ -236,4 +233,5 @@ def center_unembed(
     check = None
     if example is not None:
         check = verify_transform(original, model, example, compare="log_softmax")
+    mark_changed(model, "center_unembed")
     return GainFold({name: (name,)}, {}, check)

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from normlab._records import Record
 from normlab.surgery.fold_detect import run_example
 
 __all__ = ["FoldCheck", "model_output", "verify_transform"]
@@ -35,7 +36,7 @@ UNIT_ROUNDOFF_FP32 = 2.0**-24
 
 
 @dataclass(frozen=True)
-class FoldCheck:
+class FoldCheck(Record):
     """The verification of one transformation (all maxima of absolute differences).
 
     Attributes:
@@ -57,9 +58,6 @@ class FoldCheck:
     tolerance: float
     compare: str
     passed: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def model_output(out: Any) -> torch.Tensor:

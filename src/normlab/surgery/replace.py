@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from normlab._marks import mark_changed
+from normlab._records import Record
 from normlab._registry import get, methods
 from normlab.layers.norms import LayerNorm, RMSNorm
 from normlab.surgery.structure import tag_build
@@ -20,7 +22,7 @@ _NORM_TYPES: tuple[type[nn.Module], ...] = (nn.LayerNorm, nn.RMSNorm, LayerNorm,
 
 
 @dataclass(frozen=True)
-class Replacement:
+class Replacement(Record):
     """One norm that :func:`replace_norms` swapped.
 
     Attributes:
@@ -34,9 +36,6 @@ class Replacement:
     old: str
     new: str
     size: tuple[int, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def is_norm_layer(module: nn.Module) -> bool:
@@ -113,6 +112,12 @@ def replace_norms(
     of matching shape is copied (norms stored as ``1 + weight``, as in Gemma, need
     ``copy_affine=False``).
 
+    Changed layers of torch's ``nn.TransformerEncoderLayer`` / ``nn.TransformerEncoder``
+    are taken off their fused eval-mode fast path, which assumes LayerNorms
+    (:func:`_disable_fast_path`). The model is marked as changed
+    (:func:`normlab._marks.mark_changed`): a Hugging Face model's ``save_pretrained`` then
+    writes normlab's format, which the original class refuses to load.
+
     Norms built from a registered name carry a build record, so
     :func:`normlab.models.checkpoint.save_model` persists the replacement and
     :func:`~normlab.models.checkpoint.load_model` (or, for Hugging Face models, the Auto
@@ -171,4 +176,31 @@ def replace_norms(
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name), child, new)
         replaced.append(Replacement(name, type(old).__name__, type(new).__name__, size))
+    if replaced:
+        _disable_fast_path(model, [r.name for r in replaced])
+        mark_changed(model, "replace_norms")
     return replaced
+
+
+def _disable_fast_path(model: nn.Module, names: list[str]) -> None:
+    """Keep torch's transformer layers whose norms changed off their fused fast path.
+
+    In eval mode ``nn.TransformerEncoderLayer`` (and ``nn.TransformerEncoder``, also inside
+    ``nn.Transformer``) run a fused kernel that reads ``norm1``/``norm2`` as LayerNorms
+    (``eps``, ``weight``, ``bias``): with another norm it fails or computes a LayerNorm.
+    The layer checks ``activation_relu_or_gelu`` before it reads the norms, so that
+    attribute is set to 0 ("not ReLU/GELU", which only the fast path reads) on each changed
+    layer, and ``use_nested_tensor`` to False on encoders holding one; the ordinary path
+    then runs the new norms, in train and eval mode alike.
+    """
+    changed = set()
+    for name in names:
+        parent, _, _ = name.rpartition(".")
+        layer = model.get_submodule(parent)
+        if isinstance(layer, nn.TransformerEncoderLayer):
+            layer.activation_relu_or_gelu = 0
+            changed.add(id(layer))
+    for module in model.modules():
+        layers = module.layers if isinstance(module, nn.TransformerEncoder) else ()
+        if any(id(layer) in changed for layer in layers):
+            module.use_nested_tensor = False

@@ -6,20 +6,31 @@ carry the trainer in their cache key.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+from normlab.data.corpus import VOCAB
 from normlab.models.lm import LMTrainConfig
 
-__all__ = ["lm_train_config"]
+__all__ = ["HELD_OUT", "UNIFORM_BPB", "lm_train_config"]
+
+#: Bits per byte of the uniform predictor over the vocabulary: what a diverged LM counts as.
+UNIFORM_BPB = math.log2(VOCAB)
+#: Offset of the held-out (test) validation windows' seed. The trainer's own evaluations
+#: (``log["val_bpb"]``, the tuning's selection score) use the windows of ``seed``; claims
+#: score the selected model on the disjoint windows of ``HELD_OUT + seed``.
+HELD_OUT = 50_000
 
 
-def lm_train_config(config: Mapping[str, Any]) -> LMTrainConfig:
+def lm_train_config(config: Mapping[str, Any], lr: float | None = None) -> LMTrainConfig:
     """The LM training settings of a claim config (``steps``, ``batch``, ``lr``): warm-up
     over the first tenth, four evaluations. Claims that train the same TinyGPT through this
-    one function share its cached model."""
+    one function share its cached model. ``lr`` overrides ``config["lr"]`` (a tuning
+    trial)."""
     steps = config["steps"]
-    return LMTrainConfig(
+    tc = LMTrainConfig(
         steps=steps,
         batch=config["batch"],
         lr=config["lr"],
@@ -27,3 +38,4 @@ def lm_train_config(config: Mapping[str, Any]) -> LMTrainConfig:
         eval_every=max(1, steps // 4),
         eval_batches=2,
     )
+    return tc if lr is None else replace(tc, lr=float(lr))

@@ -9,18 +9,19 @@ three statements; normlab measures the first two:
    ``||X - 1 mean(X)|| / ||X||`` (Dong et al.'s residual), after each layer, compared as
    the decades lost over the stack. Precondition: without residuals the stack collapses at
    all (Dong's phenomenon exists at this depth).
-2. **LayerNorm is "precisely affine-rank-neutral"**: exact rank arithmetic in float64, so
-   it is checked once per scale, not per seed. LN keeps the affine rank of token sets in
-   general position and the matrix rank with zero bias; but on token sets of low affine rank
-   ``r`` (``X = m + A B``, hull away from the origin) it raises the affine rank to exactly
+2. **LayerNorm is "precisely affine-rank-neutral"**: measured per seed on random token sets
+   (float64, eps 0, SVD tolerance 1e-9) as the effect ``ln_affine_rank_neutral``, which
+   normlab finds **contradicted**: LN keeps the affine rank of token sets in general
+   position and the matrix rank with zero bias, but on token sets of low affine rank ``r``
+   (``X = m + A B``, hull away from the origin) it raises the affine rank to exactly
    ``r + 1``. Why: LN centres each token (a linear projection ``P``, so the points stay in
    an ``r``-dimensional affine subspace ``Pm + span(PB)``) and then divides each by its own
    standard deviation; scaling each point by a different scalar maps an affine subspace that
    misses the origin onto the ``(r + 1)``-dimensional linear span ``span(Pm, PB)``. When the
    centred hull passes through the origin (``Pm in span(PB)``) the rank is kept, which a
-   second check confirms. So neutrality holds for full-rank sets, not "precisely". A third
-   check repeats the arithmetic with a trained LayerNorm's gain and bias and the trained
-   model's own residual states.
+   check confirms. So neutrality holds for full-rank sets (a secondary effect), not
+   "precisely". A check repeats the arithmetic with a trained LayerNorm's gain and bias and
+   the trained model's own residual states.
 
 The third statement (head-channel non-identifiability and its PG-OP remedy) has a library
 module, :mod:`normlab.attention.pgop`; the check ``pgop_module`` verifies that it starts as
@@ -48,8 +49,9 @@ from normlab.claims.core import (
     CheckOutcome,
     Claim,
     Effect,
+    FreeSetting,
     Margin,
-    Precondition,
+    Premise,
     register_claim,
 )
 from normlab.functional import layer_norm
@@ -191,6 +193,11 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         }
     table["plain-out"] = _pgop_trained(config, seed, gated=False)
     table["pgop"] = _pgop_trained(config, seed, gated=True)
+    trials = ln_rank_trials(
+        config["tokens"], config["dim"], config["rank_trials"], torch.Generator().manual_seed(seed)
+    )
+    for key in ("general", "low"):
+        table[f"ln-{key}"] = {"affine_rank_change": sum(trials[key]) / len(trials[key])}
     return {"table": table, "curves": curves}
 
 
@@ -249,12 +256,13 @@ def _check_trained(config: Mapping[str, Any]) -> CheckOutcome:
     d = states.shape[-1]
     kept = _affine_rank(layer_norm(states, (d,), w, b, eps=0.0)) == _affine_rank(states)
     ok = kept and moved > 1e-3 and all(v == 0 for v in trials["general"])
-    ok = ok and all(v == 1 for v in trials["low"])
+    plus_one = sum(v == 1 for v in trials["low"])
     return CheckOutcome(
         ok,
         moved,
         f"trained LN (|w - 1| + |b| up to {moved:.3g}): affine rank of the "
-        f"model's residual states kept: {kept}; general-position sets kept, low-rank sets +1",
+        f"model's residual states kept: {kept}; general-position sets kept; low-rank sets "
+        f"+1 on {plus_one} of {len(trials['low'])} (the contradicted effect's mechanism)",
     )
 
 
@@ -316,13 +324,6 @@ _checks = [
         lambda c: _check_outcome(_trials(c)["general"], 0, "general position"),
     ),
     Check(
-        "ln_adds_one_affine_dimension_low_rank",
-        "on planted affine rank r < n/2 with the hull off the origin, LN raises the affine "
-        "rank by exactly 1 on every trial (the per-token scale maps the affine subspace onto "
-        "its linear span); the paper's 'precisely neutral' holds only for full-rank sets",
-        lambda c: _check_outcome(_trials(c)["low"], 1, "low affine rank"),
-    ),
-    Check(
         "ln_keeps_affine_rank_through_origin",
         "when the centred hull passes through the origin, LN keeps the low affine rank "
         "(the explanation of the +1 predicts this)",
@@ -335,8 +336,9 @@ _checks = [
     ),
     Check(
         "ln_rank_arithmetic_trained_weights",
-        "the same arithmetic with a trained LayerNorm's gain and bias (60 Adam steps of a "
-        "pre-LN attention block) and the trained model's own token states",
+        "with a trained LayerNorm's gain and bias (60 Adam steps of a pre-LN attention "
+        "block): general-position sets and the trained model's own token states keep "
+        "their affine rank",
         _check_trained,
     ),
     Check(
@@ -347,7 +349,34 @@ _checks = [
     ),
 ]
 
+_RANK = Margin(
+    0.5,
+    "normlab's choice: affine ranks are integers, so a mean change of half a dimension "
+    "separates 'neutral' (0) from 'adds one' (+1)",
+)
+
 _secondary = [
+    Effect(
+        "ln_affine_rank_neutral",
+        "mean change of affine rank under LN (random positive gain and bias) of token sets "
+        "of planted affine rank r < n/2 whose hull misses the origin; the paper: 0 "
+        "('precisely affine-rank-neutral'); normlab's derivation: exactly +1",
+        lambda m: cell(m, "ln-low", "affine_rank_change"),
+        direction="no_greater",
+        margin=_RANK,
+        method="ln-low",
+        unit="dimensions",
+    ),
+    Effect(
+        "ln_affine_rank_neutral_general_position",
+        "mean change of affine rank under LN of n points in general position (affine rank "
+        "n - 1 <= d): neutrality where it does hold",
+        lambda m: cell(m, "ln-general", "affine_rank_change"),
+        direction="no_greater",
+        margin=_RANK,
+        method="ln-general",
+        unit="dimensions",
+    ),
     Effect(
         "residual_obstructs_collapse_no_ln",
         "decades lost by the attention-only stack minus by the attention + residual stack "
@@ -355,7 +384,8 @@ _secondary = [
         lambda m: _drop(m, "attention") - _drop(m, "attention+residual"),
         direction="greater",
         margin=_DECADE,
-        baseline="attention-only stack",
+        baseline="attention",
+        method="attention+residual",
         unit="decades",
     ),
     Effect(
@@ -372,7 +402,8 @@ _secondary = [
             "normlab's choice: a ratio of 1% (condition number 100) is where per-head "
             "contributions become recoverable in float32 at all",
         ),
-        baseline="the plain output projection",
+        baseline="plain-out",
+        method="pgop",
     ),
     Effect(
         "pgop_loss_cost",
@@ -381,7 +412,8 @@ _secondary = [
         lambda m: cell(m, "pgop", "loss") - cell(m, "plain-out", "loss"),
         direction="no_greater",
         margin=Margin(0.05, "normlab's choice: 0.05 nats of cross-entropy"),
-        baseline="the plain output projection",
+        baseline="plain-out",
+        method="pgop",
         unit="nats",
     ),
     Effect(
@@ -390,6 +422,7 @@ _secondary = [
         lambda m: _drop(m, "attention+residual+ln"),
         direction="no_greater",
         margin=_DECADE,
+        method="attention+residual+ln",
         unit="decades",
     ),
 ]
@@ -400,7 +433,9 @@ CLAIM = register_claim(
         paper=paper("affine-rank"),
         hypothesis=(
             "Residual connections obstruct the rank collapse of attention-only stacks "
-            "(without any MLP); LayerNorm preserves the affine rank of a token set."
+            "(without any MLP); the paper's 'LayerNorm is precisely affine-rank-neutral' "
+            "holds for token sets in general position but not for low-rank sets off the "
+            "origin, where LN adds exactly one dimension."
         ),
         primary=Effect(
             "residual_obstructs_collapse",
@@ -409,23 +444,31 @@ CLAIM = register_claim(
             lambda m: _drop(m, "attention+ln") - _drop(m, "attention+residual+ln"),
             direction="greater",
             margin=_DECADE,
-            baseline="the same pre-LN attention stack without residual connections",
+            baseline="attention+ln",
+            method="attention+residual+ln",
             unit="decades",
         ),
         secondary=tuple(_secondary),
         checks=tuple(_checks),
-        preconditions=(
-            Precondition(
+        premises=(
+            Premise(
                 "collapse_without_residual",
                 "decades lost by the pre-LN attention stack without residuals",
                 lambda m: _drop(m, "attention+ln"),
-                ">=",
-                2.0,
-                "normlab's choice: Dong et al.'s collapse is doubly exponential; two decades "
-                "over the stack show it is under way",
-                gates=("residual_obstructs_collapse",),
+                direction="greater",
+                margin=Margin(
+                    2.0,
+                    "normlab's choice: Dong et al.'s collapse is doubly exponential; two "
+                    "decades over the stack show it is under way",
+                ),
+                gates=("residual_obstructs_collapse", "residual_obstructs_collapse_no_ln"),
             ),
         ),
+        free_settings=(
+            FreeSetting("depth", 8, 16, "normlab's choice: the stack depth at quick scale"),
+        ),
+        untuned="random-weight stacks and rank sets; the PG-OP secondary trains both arms "
+        "from the same init with the same fixed Adam lr 1e-2",
         headline=(
             "Theorems (residuals generically obstruct collapse; LN precisely affine-rank-"
             "neutral); the paper checks them on BERT-base. No single number."
@@ -433,7 +476,8 @@ CLAIM = register_claim(
         setup=(
             "Attention-only stacks of normlab MultiheadAttention (random weights, float64, "
             "16 tokens, d 32, 4 heads, 12 layers at quick), with/without residual and "
-            "pre-LayerNorm; LN rank arithmetic on random token sets as checks."
+            "pre-LayerNorm; LN affine-rank change on random token sets (planted low rank "
+            "off the origin, and general position) per seed."
         ),
         scale_note="random weights; the paper also measures BERT-base.",
         configs={
@@ -446,9 +490,26 @@ CLAIM = register_claim(
                 "depth": 4,
                 "train_steps": 5,
                 "pgop_steps": 10,
+                "rank_trials": 3,
             },
-            "quick": {"seeds": 5, "tokens": 16, "dim": 32, "trials": 50, "heads": 4, "depth": 12},
-            "full": {"seeds": 10, "tokens": 32, "dim": 64, "trials": 500, "heads": 4, "depth": 24},
+            "quick": {
+                "seeds": 6,
+                "tokens": 16,
+                "dim": 32,
+                "trials": 50,
+                "heads": 4,
+                "depth": 12,
+                "rank_trials": 10,
+            },
+            "full": {
+                "seeds": 10,
+                "tokens": 32,
+                "dim": 64,
+                "trials": 500,
+                "heads": 4,
+                "depth": 24,
+                "rank_trials": 50,
+            },
         },
         run=run,
         figure=_figure,
@@ -457,6 +518,6 @@ CLAIM = register_claim(
             "residuals (blue, orange) it falls by decades; with residuals (green, red) it "
             "stays near its start."
         ),
-        version=2,
+        version=3,
     )
 )

@@ -16,8 +16,24 @@ batches it sees) and "eval" (running statistics frozen during unlearning). Forge
 :func:`~normlab.surgery.batchnorm.recalibrate_bn` over (a) every retain training image and
 (b) the attacker's 10 unlabelled test images (any class, drawn by the seed).
 
-GroupNorm keeps no running statistics, so its recalibration gap is zero by construction: it
-is an implementation check, not a measured effect.
+Control: a GroupNorm CNN of the same shape, trained and unlearned the same way (gradient
+ascent, train mode, the same stopping rule); GroupNorm keeps no running statistics, so its
+recalibration gap is zero by construction, and the primary is the BatchNorm gap minus the
+GroupNorm gap. The stopping rule pins the pre-recalibration forget accuracy at
+``stop_acc`` in every arm (the paper's setting: unlearning "succeeded" on the surface
+metric). The 10-image attacker is also reported as the fraction of the full retain gap it
+recovers ("most of it": above one half).
+
+Train versus eval mode: the docstring's earlier mechanism (statistics following the
+forget-heavy batches cause the artifact, so train mode should show more) is measured as
+``train_mode_causes_artifact`` and came out contradicted (-0.05 [-0.08, -0.02] at the
+previous quick run). normlab's reading: in eval mode the weights are optimised against
+frozen statistics that no longer describe the changed weights' features, so recalibration
+moves the network at least as much; the artifact is a mismatch between weights and
+statistics whichever way it arises. The effect stays as measured.
+
+Nothing is tuned: the trained networks are the objects of the test and the unlearning runs
+to a stopping rule, with normlab's fixed learning rates as free settings.
 """
 
 from __future__ import annotations
@@ -34,8 +50,11 @@ from normlab.claims.core import (
     CheckOutcome,
     Claim,
     Effect,
+    FreeSetting,
     Margin,
     Precondition,
+    Premise,
+    difference,
     register_claim,
 )
 from normlab.data.images import load_digits_tensors
@@ -142,50 +161,51 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     ]
     test_keep = data.test_y != target
     test = (data.test_x[test_keep], data.test_y[test_keep])
-    base = bn_cnn(config["width"], config["depth"], norm="batch", seed=seed)
-    _train(base, data.train_x, data.train_y, config, generator)
-    trained = {k: v.clone() for k, v in base.state_dict().items()}
+    trained = {}
+    for norm in ("batch", "group"):
+        base = bn_cnn(config["width"], config["depth"], norm=norm, seed=seed)
+        _train(base, data.train_x, data.train_y, config, torch.Generator().manual_seed(seed))
+        trained[norm] = {k: v.clone() for k, v in base.state_dict().items()}
     table: dict[str, dict[str, float]] = {}
 
     def metric(m: NormCNN) -> dict[str, float]:
         return {"forget_acc": _accuracy(m, *forget), "retain_test_acc": _accuracy(m, *test)}
 
-    for method in METHODS:
-        for mode in MODES:
-            model = bn_cnn(config["width"], config["depth"], norm="batch", seed=seed)
-            model.load_state_dict(trained)
-            row = {"forget_acc_trained": _accuracy(model, *forget)}
-            steps = unlearn(
-                model,
-                method,
-                forget,
-                retain,
-                lr=config["unlearn_lr"],
-                batch=config["batch"],
-                stop_acc=config["stop_acc"],
-                max_steps=config["max_steps"],
-                generator=generator,
-                mode=mode,
-            )
-            unlearned = {k: v.clone() for k, v in model.state_dict().items()}
-            full = recalibrate_bn(model, loader, metric=metric)
-            model.load_state_dict(unlearned)
-            attack = recalibrate_bn(model, attacker, metric=metric)
-            row.update(
-                forget_acc=full.before["forget_acc"],
-                forget_acc_recalibrated=full.after["forget_acc"],
-                forget_acc_attacker=attack.after["forget_acc"],
-                retain_test_acc=full.before["retain_test_acc"],
-                retain_test_acc_recalibrated=full.after["retain_test_acc"],
-                bn_mean_shift=full.mean_shift,
-                unlearn_steps=float(steps),
-            )
-            table[f"batch/{method}/{mode}"] = row
+    arms = [("batch", method, mode) for method in METHODS for mode in MODES]
+    for norm, method, mode in [*arms, ("group", "grad-ascent", "train")]:
+        model = bn_cnn(config["width"], config["depth"], norm=norm, seed=seed)
+        model.load_state_dict(trained[norm])
+        row = {"forget_acc_trained": _accuracy(model, *forget)}
+        steps = unlearn(
+            model,
+            method,
+            forget,
+            retain,
+            lr=config["unlearn_lr"],
+            batch=config["batch"],
+            stop_acc=config["stop_acc"],
+            max_steps=config["max_steps"],
+            generator=generator,
+            mode=mode,
+        )
+        unlearned = {k: v.clone() for k, v in model.state_dict().items()}
+        full = recalibrate_bn(model, loader, metric=metric)
+        model.load_state_dict(unlearned)
+        attack = recalibrate_bn(model, attacker, metric=metric)
+        row.update(
+            forget_acc=full.before["forget_acc"],
+            forget_acc_recalibrated=full.after["forget_acc"],
+            forget_acc_attacker=attack.after["forget_acc"],
+            retain_test_acc=full.before["retain_test_acc"],
+            retain_test_acc_recalibrated=full.after["retain_test_acc"],
+            bn_mean_shift=full.mean_shift,
+            unlearn_steps=float(steps),
+        )
+        row["recal_gap"] = row["forget_acc_recalibrated"] - row["forget_acc"]
+        attack_gap = row["forget_acc_attacker"] - row["forget_acc"]
+        row["attacker_fraction"] = attack_gap / max(row["recal_gap"], 0.01)
+        table[f"{norm}/{method}/{mode}"] = row
     return {"table": table, "forget_class": target}
-
-
-def _gap(m: Mapping[str, Any], arm: str, after: str = "forget_acc_recalibrated") -> float:
-    return cell(m, arm, after) - cell(m, arm, "forget_acc")
 
 
 def _check_groupnorm(config: Mapping[str, Any]) -> CheckOutcome:
@@ -235,6 +255,7 @@ _PP5 = Margin(
     "and far below the paper's 78 pp",
 )
 _ARM = "batch/grad-ascent/train"
+_GN = "group/grad-ascent/train"
 
 CLAIM = register_claim(
     Claim(
@@ -242,67 +263,86 @@ CLAIM = register_claim(
         paper=paper("bn-unlearning"),
         hypothesis=(
             "After unlearning a class from a BatchNorm CNN, one weight-free recalibration "
-            "pass over retain data raises forget accuracy, and 10 unlabelled images suffice "
-            "to recover most of it."
+            "pass over retain data raises forget accuracy more than in a GroupNorm CNN "
+            "unlearned the same way, and 10 unlabelled images recover most of that rise."
         ),
-        primary=Effect(
-            "bn_artifact",
-            "forget accuracy after recalibration on the retain set minus after unlearning "
-            "(BatchNorm, gradient ascent in train mode)",
-            lambda m: _gap(m, _ARM),
+        primary=difference(
+            "bn_artifact_vs_groupnorm",
+            "rise of forget accuracy under recalibration on the retain set (after minus "
+            "before), BatchNorm CNN minus GroupNorm CNN, both unlearned by gradient ascent in "
+            "train mode to the same stopping rule",
+            _ARM,
+            _GN,
+            "recal_gap",
             direction="greater",
             margin=_PP5,
-            baseline="forget accuracy reported right after unlearning",
             unit="accuracy",
         ),
         secondary=(
             Effect(
                 "bn_artifact_neggrad",
-                "the same gap for NegGrad+ (train mode)",
-                lambda m: _gap(m, "batch/neggrad+/train"),
+                "the recalibration gap for NegGrad+ (train mode, BatchNorm)",
+                lambda m: cell(m, "batch/neggrad+/train", "recal_gap"),
                 direction="greater",
                 margin=_PP5,
-                baseline="forget accuracy right after unlearning",
+                method="batch/neggrad+/train",
                 unit="accuracy",
             ),
             Effect(
-                "attacker_10_images",
-                "forget accuracy after recalibration on 10 unlabelled test images minus "
-                "after unlearning (gradient ascent, train mode)",
-                lambda m: _gap(m, _ARM, "forget_acc_attacker"),
+                "attacker_recovers_most",
+                "forget-accuracy rise from recalibration on 10 unlabelled test images as a "
+                "fraction of the rise from the full retain set (gradient ascent, train mode)",
+                lambda m: cell(m, _ARM, "attacker_fraction"),
                 direction="greater",
-                margin=_PP5,
-                baseline="forget accuracy right after unlearning",
-                unit="accuracy",
+                margin=Margin(0.5, "the abstract's 'most of it': more than half"),
+                method=_ARM,
             ),
-            Effect(
+            difference(
                 "train_mode_causes_artifact",
-                "recalibration gap of train-mode minus eval-mode unlearning (gradient ascent)",
-                lambda m: _gap(m, _ARM) - _gap(m, "batch/grad-ascent/eval"),
+                "recalibration gap of train-mode minus eval-mode unlearning (gradient ascent, "
+                "BatchNorm); see the module docstring for why it came out negative",
+                _ARM,
+                "batch/grad-ascent/eval",
+                "recal_gap",
                 direction="greater",
                 margin=_PP5,
-                baseline="eval-mode unlearning (running statistics frozen)",
                 unit="accuracy",
+            ),
+        ),
+        premises=(
+            Premise(
+                "learned_before",
+                "forget-class accuracy of the trained BatchNorm model",
+                lambda m: cell(m, _ARM, "forget_acc_trained"),
+                direction="greater",
+                margin=Margin(0.8, "normlab's choice: there must be something to forget"),
             ),
         ),
         preconditions=(
             Precondition(
-                "learned_before",
-                "forget-class accuracy of the trained model",
-                lambda m: cell(m, _ARM, "forget_acc_trained"),
-                ">=",
-                0.8,
-                "normlab's choice: there must be something to forget",
-            ),
-            Precondition(
                 "surface_forgetting",
-                "forget accuracy right after train-mode gradient-ascent unlearning",
+                "forget accuracy right after train-mode gradient-ascent unlearning (BatchNorm)",
                 lambda m: cell(m, _ARM, "forget_acc"),
                 "<=",
                 0.2,
                 "normlab's choice: the surface metric must say the class was forgotten",
             ),
+            Precondition(
+                "control_forgot",
+                "forget accuracy right after the same unlearning of the GroupNorm CNN",
+                lambda m: cell(m, _GN, "forget_acc"),
+                "<=",
+                0.2,
+                "normlab's choice: the control must have 'forgotten' the same way",
+                gates=("bn_artifact_vs_groupnorm",),
+            ),
         ),
+        free_settings=(
+            FreeSetting("stop_acc", 0.02, 0.1, "normlab's choice: the surface stopping rule"),
+            FreeSetting("unlearn_lr", 3e-4, 3e-3, "normlab's choice: SGD lr of unlearning"),
+        ),
+        untuned="the trained networks are the objects of the test and unlearning runs to a "
+        "stopping rule; normlab's fixed lrs are free settings",
         checks=(
             Check(
                 "groupnorm_no_artifact",
@@ -317,7 +357,8 @@ CLAIM = register_claim(
             "3-layer BatchNorm CNN on sklearn digits; forget class = seed mod 10; unlearning by "
             "gradient ascent or NegGrad+ (SGD, stopped once eval forget accuracy <= 5%) in "
             "train or eval mode; forget accuracy before/after recalibration on the retain set "
-            "or on 10 unlabelled test images."
+            "or on 10 unlabelled test images; control: a GroupNorm CNN of the same shape "
+            "through the same gradient-ascent unlearning."
         ),
         scale_note="two unlearning methods of the paper's nine; digits instead of CIFAR.",
         configs={
@@ -334,7 +375,7 @@ CLAIM = register_claim(
                 "attacker_images": 10,
             },
             "quick": {
-                "seeds": 5,
+                "seeds": 6,
                 "lr": 3e-3,
                 "batch": 64,
                 "unlearn_lr": 1e-3,
@@ -365,6 +406,6 @@ CLAIM = register_claim(
             "the 10-image attacker's recalibration (orange) and after a full retain pass "
             "(green). Taller orange/green bars than blue are the BatchNorm artifact."
         ),
-        version=2,
+        version=3,
     )
 )

@@ -6,19 +6,26 @@ grouped-query attention, mixture-of-experts) lower the output variance and impro
 utilisation (32 layers: 39.5 -> 44.1 downstream accuracy with its recipe).
 
 Here a deep, narrow TinyGPT is trained dense (no weight decay) and in three sparser
-variants: weight decay (0.3, the seed recipe's, at full scale; 2.0 at quick scale, where 150
-steps of 0.3 shrank the weights by only 7%), GQA with one key/value head, and a
-2-of-4 MoE-lite MLP (same active width); at full scale LayerNorm-Scaling is added for
-reference. Each trained model is
-probed on fixed validation text with :func:`~normlab.probes.depth.depth_profile`: the
-per-block log-variance slope (variance growth) and, as usefulness of the deep layers, the
-mean next-token loss increase when one block of the deeper half is dropped. Each variant
-is its own effect against the dense model; the primary is weight decay's variance damping
-(the seed's first mechanism and part of its recipe).
+variants: weight decay 0.3 (the seed recipe's, at every scale), GQA with one key/value
+head, and a 2-of-4 MoE-lite MLP (same active width); at full scale LayerNorm-Scaling is
+added for reference. Every arm's learning rate is tuned by the harness over the same grid,
+selected on the trainer's validation windows; the probes read disjoint validation text.
+Each trained model is probed with :func:`~normlab.probes.depth.depth_profile`: the per-block
+log-variance slope (variance growth) and, as usefulness of the deep layers, the mean
+next-token loss increase when one block of the deeper half is dropped. Each variant is its
+own effect against the dense model; the primary is the seed's payoff for weight decay (the
+first mechanism of its recipe): the deep layers become more useful. Variance damping is a
+secondary.
+
+Premises: the dense model shows the curse (dropping one of its deep blocks costs less than
+dropping one of its shallow blocks), and, for the variance effects, its residual variance
+grows with depth. A diverged arm counts as useless deep layers (drop loss 0) and an
+exploding stream (1 ln V per block).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,7 +33,16 @@ import torch
 
 from normlab.claims.catalogue._depth_models import SETTINGS, trained
 from normlab.claims.common import cell, seed_everything
-from normlab.claims.core import Claim, Effect, Margin, Precondition, register_claim
+from normlab.claims.core import (
+    Claim,
+    Effect,
+    FreeSetting,
+    Margin,
+    Precondition,
+    Premise,
+    register_claim,
+)
+from normlab.claims.protocol import tune_arms
 from normlab.data.corpus import corpus, sample_batch
 from normlab.models.lm import evaluate_bpb
 from normlab.papers import paper
@@ -46,14 +62,23 @@ def _weight_rms(model: torch.nn.Module) -> float:
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Depth profiles of the dense model and each sparser variant."""
+    """Depth profiles of the dense model and each sparser variant, lr tuned per arm."""
     seed_everything(seed)
     generator = torch.Generator().manual_seed(20_000 + seed)
     x, y = sample_batch(corpus("val"), config["eval_batch"], config["context"], generator)
     table: dict[str, dict[str, float]] = {}
     curves: dict[str, Any] = {}
-    for variant in ("dense", *config["variants"]):
-        model, log = trained(config, seed, variant)
+    diverged: dict[str, Any] = {}
+
+    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, Any]:
+        model, log = trained(config, seed, arm, params["lr"])
+        return (math.inf if log.get("diverged") else float(log["val_bpb"][-1])), (model, log)
+
+    tuned, records = tune_arms(config, evaluate, ["dense", *config["variants"]])
+    for variant, t in tuned.items():
+        model, log = t.result
+        if log.get("diverged"):
+            diverged[variant] = log["diverged"]
         profile = depth_profile(model, x, targets=y)
         n = len(profile.drop_loss)
         deep, shallow = profile.drop_loss[n // 2 :], profile.drop_loss[: n // 2]
@@ -65,10 +90,12 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
             "shallow_drop_loss": sum(shallow) / len(shallow),
             "deep_influence": sum(profile.influence[n // 2 :]) / len(deep),
             "weight_rms": _weight_rms(model),
+            "lr": t.chosen["lr"],
             "train_seconds": float(log.get("seconds", 0.0)),
         }
         curves[variant] = profile.to_dict()
-    return {"table": table, "curves": curves}
+    out = {"table": table, "curves": curves, "tuning": records}
+    return {**out, "diverged": diverged} if diverged else out
 
 
 def _damped(variant: str) -> Any:
@@ -90,6 +117,9 @@ _USE_MARGIN = Margin(
     "spread of a quick TinyGPT's loss",
 )
 _NAMES = {"weight-decay": "weight decay", "gqa": "GQA (1 kv head)", "moe": "MoE-lite (2 of 4)"}
+_DENSE = "dense pre-LN TinyGPT, no weight decay"
+#: A diverged arm: its deep layers are useless and its stream explodes.
+_IF_DIVERGED = {"deep_drop_loss": 0.0, "variance_growth": 1.0}
 
 
 def _variance_effect(variant: str) -> Effect:
@@ -99,8 +129,10 @@ def _variance_effect(variant: str) -> Effect:
         _damped(variant),
         direction="greater",
         margin=_VAR_MARGIN,
-        baseline="dense pre-LN TinyGPT, no weight decay",
+        baseline="dense",
+        method=variant,
         unit="ln V / block",
+        if_diverged=_IF_DIVERGED,
     )
 
 
@@ -111,8 +143,10 @@ def _use_effect(variant: str) -> Effect:
         _useful(variant),
         direction="greater",
         margin=_USE_MARGIN,
-        baseline="dense pre-LN TinyGPT, no weight decay",
+        baseline="dense",
+        method=variant,
         unit="nats",
+        if_diverged=_IF_DIVERGED,
     )
 
 
@@ -135,20 +169,56 @@ def _figure(measurements: Sequence[dict[str, Any]]):
 
 _EVAL = {"eval_batch": 16}
 _VARIANCE_EFFECTS = tuple(f"variance_damped_{v.replace('-', '_')}" for v in SPARSE)
+_ARMS = ["dense", *SPARSE]
+#: Every arm's lr over the same grid; no edge extension (each trial is a full training run
+#: of a deep model, and quick's budget affords three per arm); an edge choice is flagged.
+_SEARCH = {"arms": _ARMS, "space": {"lr": [1e-3, 3e-3, 1e-2]}, "extend": 0}
 
 CLAIM = register_claim(
     Claim(
         id="curse-of-depth",
         paper=paper("curse-of-depth"),
         hypothesis=(
-            "Sparser Pre-LN TinyGPTs (weight decay, GQA, MoE) show lower residual variance "
-            "growth with depth than the dense one, and deep layers whose removal costs more."
+            "Sparser Pre-LN TinyGPTs (weight decay 0.3, GQA, MoE) have deep layers whose "
+            "removal costs more than the dense model's, and lower residual variance growth "
+            "with depth."
         ),
-        primary=_variance_effect("weight-decay"),
+        primary=_use_effect("weight-decay"),
         secondary=(
-            _variance_effect("gqa"),
-            _variance_effect("moe"),
-            *(_use_effect(v) for v in SPARSE),
+            _use_effect("gqa"),
+            _use_effect("moe"),
+            *(_variance_effect(v) for v in SPARSE),
+        ),
+        premises=(
+            Premise(
+                "dense_deep_layers_lazy",
+                "the curse of depth in the dense model: mean loss increase from dropping one "
+                "shallow-half block minus one deep-half block",
+                lambda m: (
+                    cell(m, "dense", "shallow_drop_loss") - cell(m, "dense", "deep_drop_loss")
+                ),
+                direction="greater",
+                margin=Margin(0.0, "normlab's choice: deep blocks matter less than shallow"),
+                unit="nats",
+            ),
+            Premise(
+                "dense_variance_grows",
+                "the dense model's per-block log-variance slope",
+                lambda m: cell(m, "dense", "variance_growth"),
+                direction="greater",
+                margin=Margin(
+                    0.05,
+                    "normlab's choice: the variance mechanism needs a growing residual "
+                    "variance in the baseline (5% per block)",
+                ),
+                unit="ln V / block",
+                gates=_VARIANCE_EFFECTS,
+            ),
+        ),
+        free_settings=(
+            FreeSetting(
+                "eval_batch", 8, 32, "normlab's choice: validation sequences of the depth probe"
+            ),
         ),
         preconditions=(
             Precondition(
@@ -161,22 +231,12 @@ CLAIM = register_claim(
                 "(about 5 bpb), so the deep blocks have learned something to lose",
             ),
             Precondition(
-                "dense_variance_grows",
-                "the dense model's per-block log-variance slope",
-                lambda m: cell(m, "dense", "variance_growth"),
-                op=">=",
-                threshold=0.05,
-                source="normlab's choice: the curse of depth needs a growing residual "
-                "variance in the baseline (5% per block)",
-                gates=_VARIANCE_EFFECTS,
-            ),
-            Precondition(
                 "weight_decay_shrinks",
                 "weight RMS of the weight-decay model over the dense model's",
                 lambda m: cell(m, "weight-decay", "weight_rms") / cell(m, "dense", "weight_rms"),
                 op="<=",
-                threshold=0.9,
-                source="normlab's choice: a weight decay that leaves the weights within 10% "
+                threshold=0.95,
+                source="normlab's choice: a weight decay that leaves the weights within 5% "
                 "of the dense run's did not act",
                 gates=("variance_damped_weight_decay", "deep_useful_weight_decay"),
             ),
@@ -185,21 +245,39 @@ CLAIM = register_claim(
         "39.5 -> 44.1 average downstream accuracy.",
         setup=(
             "Pre-LN byte-level TinyGPT (8 layers, d=32 quick; 12 layers, d=64 full) trained "
-            "dense (wd 0) vs weight decay (2.0 quick, 0.3 full) vs GQA (1 kv head) vs "
-            "MoE-lite (2 of 4 experts); depth probe on fixed validation text."
+            "dense (wd 0) vs weight decay 0.3 vs GQA (1 kv head) vs MoE-lite (2 of 4 "
+            "experts), each arm's lr tuned over {1e-3, 3e-3, 1e-2} on validation; depth "
+            "probe on disjoint validation text."
         ),
         scale_note=(
             "Quick trains 8 blocks for 250 steps; the seed's effect is a depth-scaling one "
             "(32 layers, billions of tokens) and should be judged at full scale."
         ),
         configs={
-            "smoke": {"seeds": 1, **SETTINGS["smoke"], **_EVAL, "variants": list(SPARSE)},
-            "quick": {"seeds": 5, **SETTINGS["quick"], **_EVAL, "variants": list(SPARSE)},
+            "smoke": {
+                "seeds": 1,
+                **SETTINGS["smoke"],
+                **_EVAL,
+                "variants": list(SPARSE),
+                "search": {"arms": _ARMS, "space": {"lr": [3e-3]}, "extend": 0},
+            },
+            "quick": {
+                "seeds": 5,
+                **SETTINGS["quick"],
+                **_EVAL,
+                "variants": list(SPARSE),
+                "search": _SEARCH,
+            },
             "full": {
                 "seeds": 5,
                 **SETTINGS["full"],
                 "eval_batch": 32,
                 "variants": [*SPARSE, "ln-scaling"],
+                "search": {
+                    "arms": [*_ARMS, "ln-scaling"],
+                    "space": {"lr": [1e-3, 2e-3, 4e-3]},
+                    "extend": 1,
+                },
             },
         },
         run=run,
@@ -209,6 +287,6 @@ CLAIM = register_claim(
             "line is damping) and the loss increase when each block is dropped (right; "
             "higher on the deep blocks means they are used)."
         ),
-        version=2,
+        version=3,
     )
 )

@@ -17,8 +17,11 @@ and a proxy reward adding an exploitable output bias (0.1 x a "length" feature) 
 GRPO vs Dr. GRPO vs batch-std vs SLAS (gamma 0.5). Metrics: mean true preference, and the
 proxy-true gap (the bias term's expected value).
 
-Each arm gets the same learning-rate sweep; (a) keeps the rate with the best population
-reward over training, (b) the one with the best final proxy reward (what a trainer sees).
+Tuning (the protocol): every arm gets 3 learning rates (a grid per arm, since the advantage
+scales differ: Dr. GRPO's raw differences need rates ~30x larger than the standardised
+methods'), one edge extension at quick, selected per seed on a validation run (the same
+task, its own sampling stream), then retrained on the test stream: (a) on the validation
+run's population reward over training, (b) on its final proxy reward (what a trainer sees).
 """
 
 from __future__ import annotations
@@ -34,32 +37,38 @@ from normlab.claims.core import (
     Check,
     CheckOutcome,
     Claim,
-    Effect,
+    FreeSetting,
     Margin,
-    Precondition,
+    Premise,
+    difference,
     register_claim,
 )
+from normlab.claims.protocol import tune_arms
 from normlab.papers import paper
 
 __all__ = ["CLAIM"]
 
 PREF_ARMS = ("grpo", "p-grpo", "p-grpo-random")
 PROXY_ARMS = ("grpo", "dr-grpo", "batch-std", "slas")
+_VAL_STREAM = 50_000
 
 
 def _unit(u: np.ndarray) -> np.ndarray:
     return (u - u.min(-1, keepdims=True)) / np.ptp(u, axis=-1, keepdims=True)
 
 
-def _preference(arm: str, lr: float, config: Mapping[str, Any], seed: int) -> dict[str, float]:
+def _preference(
+    arm: str, lr: float, config: Mapping[str, Any], seed: int, stream: int
+) -> dict[str, float]:
     from normlab.models.policy import train_bandit
     from normlab.rl import PreferenceGroupAdvantage, advantages
 
     k, g, n, p_min = config["outputs"], config["group"], config["prompts"], config["p_minority"]
+    steps = config["steps"]
     u = _unit(np.random.default_rng(10_000 + seed).random((2, k)))
     scale = np.array([1.0, config["minority_scale"]])
     state = PreferenceGroupAdvantage()
-    placebo = np.random.default_rng(20_000 + seed)
+    placebo = np.random.default_rng(20_000 + stream)
 
     def sample(rng):
         users = (rng.random(n * g) < p_min).astype(np.int64)
@@ -82,13 +91,13 @@ def _preference(arm: str, lr: float, config: Mapping[str, Any], seed: int) -> di
     curve = train_bandit(
         n_contexts=2,
         n_outputs=k,
-        steps=config["steps"],
+        steps=steps,
         lr=lr,
         sample=sample,
         reward=reward,
         advantage=advantage,
         evaluate=evaluate,
-        seed=seed,
+        seed=stream,
     )["curve"]
     tail = curve[-max(1, len(curve) // 10) :]
     return {
@@ -101,11 +110,14 @@ def _preference(arm: str, lr: float, config: Mapping[str, Any], seed: int) -> di
     }
 
 
-def _proxy(arm: str, lr: float, config: Mapping[str, Any], seed: int) -> dict[str, float]:
+def _proxy(
+    arm: str, lr: float, config: Mapping[str, Any], seed: int, stream: int
+) -> dict[str, float]:
     from normlab.models.policy import train_bandit
     from normlab.rl import advantages
 
     k, g, n, beta = config["outputs"], config["group"], config["prompts"], config["bias"]
+    steps = config["steps"]
     rng0 = np.random.default_rng(30_000 + seed)
     u = _unit(rng0.random((n, k)))
     s = np.exp(rng0.uniform(np.log(config["min_spread"]), 0.0, n))
@@ -128,7 +140,7 @@ def _proxy(arm: str, lr: float, config: Mapping[str, Any], seed: int) -> dict[st
     curve = train_bandit(
         n_contexts=n,
         n_outputs=k,
-        steps=config["steps"],
+        steps=steps,
         lr=lr,
         sample=lambda rng: (ids, ids),
         reward=reward,
@@ -136,7 +148,7 @@ def _proxy(arm: str, lr: float, config: Mapping[str, Any], seed: int) -> dict[st
             r, torch.as_tensor(groups), method=arm, gamma=config["gamma"]
         ),
         evaluate=evaluate,
-        seed=seed,
+        seed=stream,
     )["curve"]
     tail = curve[-max(1, len(curve) // 10) :]
     out = {key: float(np.mean([c[key] for c in tail])) for key in ("true", "gap", "proxy")}
@@ -145,23 +157,37 @@ def _proxy(arm: str, lr: float, config: Mapping[str, Any], seed: int) -> dict[st
     return out
 
 
+def _experiment(arm: str, lr: float, config: Mapping[str, Any], seed: int, stream: int):
+    """One training run of ``arm`` ("a/..." or "b/..."), sampling stream ``stream``."""
+    seed_everything(stream)
+    part, name = arm.split("/")
+    sub = {**config["preference" if part == "a" else "proxy"], "steps": config["steps"]}
+    if part == "a":
+        return _preference(name, lr, sub, seed, stream)
+    return _proxy(name, lr, sub, seed, stream)
+
+
+def _diverged(row: Mapping[str, float]) -> bool:
+    return not all(np.isfinite(v) for v in row.values())
+
+
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Both experiments, every arm at every learning rate; per arm its selected rate."""
+    """Every arm tuned on a validation stream, then trained on the test stream."""
     torch.set_num_threads(1)
+
+    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, None]:
+        row = _experiment(arm, params["lr"], config, seed, _VAL_STREAM + seed)
+        score = -row["population_auc"] if arm.startswith("a/") else -row["proxy"]
+        return (score if not _diverged(row) else np.inf), None
+
+    tuned, records = tune_arms(config, evaluate)
     table: dict[str, dict[str, float]] = {}
-    for arm in PREF_ARMS:
-        rows = []
-        for lr in config["lrs"]:
-            seed_everything(seed)
-            rows.append(_preference(arm, lr, config["preference"], seed))
-        table[f"a/{arm}"] = max(rows, key=lambda row: row["population_auc"])
-    for arm in PROXY_ARMS:
-        rows = []
-        for lr in config["lrs"]:
-            seed_everything(seed)
-            rows.append(_proxy(arm, lr, config["proxy"], seed))
-        table[f"b/{arm}"] = max(rows, key=lambda row: row["proxy"])
-    return {"table": table}
+    diverged: dict[str, dict[str, Any]] = {}
+    for arm, t in tuned.items():
+        table[arm] = _experiment(arm, t.chosen["lr"], config, seed, seed)
+        if _diverged(table[arm]):
+            diverged[arm] = {"step": config["steps"], "last": None}
+    return {"table": table, "tuning": records, "diverged": diverged}
 
 
 def _check_trl(config: Mapping[str, Any]) -> CheckOutcome:
@@ -182,6 +208,45 @@ def _check_trl(config: Mapping[str, Any]) -> CheckOutcome:
 
 
 _M = Margin(0.02, "normlab's choice: 2% of the true-preference range [0, 1]")
+#: A diverged policy counts as the uniform policy: mean preference of a unit-range vector.
+_DIV = {"minority_true": 0.5, "majority_true": 0.5, "true": 0.5, "gap": 0.05}
+_STANDARD = [3.0, 10.0, 30.0]
+_RAW = [30.0, 100.0, 300.0]
+
+
+def _search(standard: list[float], raw: list[float], extend: int) -> dict[str, Any]:
+    arms = {f"a/{arm}": standard for arm in PREF_ARMS}
+    arms |= {f"b/{arm}": raw if arm == "dr-grpo" else standard for arm in PROXY_ARMS}
+    return {"per_arm": {arm: {"lr": list(v)} for arm, v in arms.items()}, "extend": extend}
+
+
+def _pref(name: str, description: str, method: str, baseline: str, metric: str, **kw):
+    return difference(
+        name, description, f"a/{method}", f"a/{baseline}", metric, if_diverged=_DIV, **kw
+    )
+
+
+def _prox(name: str, description: str, method: str, metric: str, **kw):
+    return difference(name, description, f"b/{method}", "b/grpo", metric, if_diverged=_DIV, **kw)
+
+
+_PREFERENCE = {
+    "outputs": 10,
+    "group": 8,
+    "prompts": 8,
+    "p_minority": 0.2,
+    "minority_scale": 0.3,
+    "noise": 0.1,
+}
+_PROXY = {
+    "outputs": 10,
+    "group": 8,
+    "prompts": 8,
+    "bias": 0.1,
+    "noise": 0.02,
+    "min_spread": 0.03,
+    "gamma": 0.5,
+}
 
 CLAIM = register_claim(
     Claim(
@@ -191,69 +256,67 @@ CLAIM = register_claim(
             "Normalising advantages by preference-group reward histories (P-GRPO) gives a "
             "minority preference group higher true reward than GRPO's pooled group statistics."
         ),
-        primary=Effect(
+        primary=_pref(
             "minority_reward",
             "(a) minority's final true preference, P-GRPO minus GRPO",
-            lambda m: cell(m, "a/p-grpo", "minority_true") - cell(m, "a/grpo", "minority_true"),
+            "p-grpo",
+            "grpo",
+            "minority_true",
             direction="greater",
             margin=_M,
-            baseline="grpo",
         ),
         secondary=(
-            Effect(
+            _pref(
                 "vs_random_groups",
                 "(a) minority's true preference, P-GRPO minus P-GRPO with random groups "
                 "(the paper's ablation as placebo)",
-                lambda m: (
-                    cell(m, "a/p-grpo", "minority_true")
-                    - cell(m, "a/p-grpo-random", "minority_true")
-                ),
+                "p-grpo",
+                "p-grpo-random",
+                "minority_true",
                 direction="greater",
                 margin=_M,
-                baseline="p-grpo-random",
             ),
-            Effect(
+            _pref(
                 "majority_kept",
                 "(a) majority's true preference, P-GRPO minus GRPO (no worse than)",
-                lambda m: (
-                    cell(m, "a/p-grpo", "majority_true") - cell(m, "a/grpo", "majority_true")
-                ),
+                "p-grpo",
+                "grpo",
+                "majority_true",
                 direction="no_less",
                 margin=_M,
-                baseline="grpo",
             ),
-            Effect(
+            _prox(
                 "slas_true_reward",
                 "(b) mean true preference, SLAS minus GRPO",
-                lambda m: cell(m, "b/slas", "true") - cell(m, "b/grpo", "true"),
+                "slas",
+                "true",
                 direction="greater",
                 margin=_M,
-                baseline="grpo",
             ),
-            Effect(
+            _prox(
                 "slas_hacking_gap",
                 "(b) proxy-true gap (expected bias term), SLAS minus GRPO",
-                lambda m: cell(m, "b/slas", "gap") - cell(m, "b/grpo", "gap"),
+                "slas",
+                "gap",
                 direction="less",
                 margin=Margin(0.005, "normlab's choice: 5% of the bias term's full range 0.1"),
-                baseline="grpo",
                 unit="reward",
             ),
-            Effect(
+            _prox(
                 "batch_std_true_reward",
                 "(b) mean true preference, batch-std minus GRPO",
-                lambda m: cell(m, "b/batch-std", "true") - cell(m, "b/grpo", "true"),
+                "batch-std",
+                "true",
                 direction="greater",
                 margin=_M,
-                baseline="grpo",
             ),
-            Effect(
+            _prox(
                 "dr_grpo_true_reward",
                 "(b) mean true preference, Dr. GRPO minus GRPO",
-                lambda m: cell(m, "b/dr-grpo", "true") - cell(m, "b/grpo", "true"),
+                "dr-grpo",
+                "true",
                 direction="greater",
                 margin=_M,
-                baseline="grpo",
             ),
         ),
         checks=(
@@ -263,98 +326,55 @@ CLAIM = register_claim(
                 _check_trl,
             ),
         ),
-        preconditions=(
-            Precondition(
+        premises=(
+            Premise(
                 "minority_underserved",
                 "(a) under GRPO, majority minus minority final true preference",
                 lambda m: cell(m, "a/grpo", "majority_true") - cell(m, "a/grpo", "minority_true"),
-                op=">=",
-                threshold=0.05,
-                source="normlab's choice: GRPO must leave the minority behind for a gain to "
-                "be possible",
+                direction="greater",
+                margin=Margin(
+                    0.05,
+                    "normlab's choice: GRPO must leave the minority behind for a gain to be "
+                    "possible",
+                ),
                 gates=("minority_reward", "vs_random_groups"),
+                if_diverged=_DIV,
             ),
-            Precondition(
+            Premise(
                 "grpo_hacks",
                 "(b) GRPO's increase of the expected bias term over training",
                 lambda m: cell(m, "b/grpo", "gap_gain"),
-                op=">=",
-                threshold=0.005,
-                source="normlab's choice: without hacking there is no gap to shrink",
+                direction="greater",
+                margin=Margin(0.005, "normlab's choice: without hacking there is no gap"),
                 gates=("slas_hacking_gap", "slas_true_reward"),
             ),
+        ),
+        free_settings=(
+            FreeSetting("steps", 75, 300, "normlab's choice: the training budget of the toys"),
         ),
         headline="P-GRPO: faster convergence and higher rewards than GRPO across tasks; SLAS "
         "surpasses DanceGRPO while mitigating reward hacking.",
         configs={
             "smoke": {
                 "seeds": 1,
-                "lrs": [1.0],
-                "preference": {
-                    "outputs": 10,
-                    "group": 8,
-                    "prompts": 4,
-                    "p_minority": 0.2,
-                    "minority_scale": 0.3,
-                    "noise": 0.1,
-                    "steps": 20,
-                },
-                "proxy": {
-                    "outputs": 10,
-                    "group": 8,
-                    "prompts": 8,
-                    "bias": 0.1,
-                    "noise": 0.02,
-                    "min_spread": 0.03,
-                    "gamma": 0.5,
-                    "steps": 20,
-                },
+                "steps": 20,
+                "search": _search([1.0], [30.0], 0),
+                "preference": {**_PREFERENCE, "prompts": 4},
+                "proxy": _PROXY,
             },
             "quick": {
-                "seeds": 8,
-                "lrs": [0.3, 1.0, 3.0, 10.0],
-                "preference": {
-                    "outputs": 10,
-                    "group": 8,
-                    "prompts": 8,
-                    "p_minority": 0.2,
-                    "minority_scale": 0.3,
-                    "noise": 0.1,
-                    "steps": 150,
-                },
-                "proxy": {
-                    "outputs": 10,
-                    "group": 8,
-                    "prompts": 8,
-                    "bias": 0.1,
-                    "noise": 0.02,
-                    "min_spread": 0.03,
-                    "gamma": 0.5,
-                    "steps": 150,
-                },
+                "seeds": 16,
+                "steps": 150,
+                "search": _search(_STANDARD, _RAW, 1),
+                "preference": _PREFERENCE,
+                "proxy": _PROXY,
             },
             "full": {
                 "seeds": 20,
-                "lrs": [0.1, 0.3, 1.0, 3.0, 10.0],
-                "preference": {
-                    "outputs": 32,
-                    "group": 16,
-                    "prompts": 16,
-                    "p_minority": 0.2,
-                    "minority_scale": 0.3,
-                    "noise": 0.1,
-                    "steps": 1000,
-                },
-                "proxy": {
-                    "outputs": 32,
-                    "group": 16,
-                    "prompts": 32,
-                    "bias": 0.1,
-                    "noise": 0.02,
-                    "min_spread": 0.03,
-                    "gamma": 0.5,
-                    "steps": 1000,
-                },
+                "steps": 1000,
+                "search": _search([1.0, *_STANDARD], [10.0, *_RAW], 2),
+                "preference": {**_PREFERENCE, "outputs": 32, "group": 16, "prompts": 16},
+                "proxy": {**_PROXY, "outputs": 32, "group": 16, "prompts": 32},
             },
         },
         run=run,
@@ -362,12 +382,14 @@ CLAIM = register_claim(
             "(a) 10-output preference bandit, 80/20 majority/minority users rating each "
             "prompt's 8 responses; GRPO vs P-GRPO vs P-GRPO with random groups. (b) 8 prompts "
             "with heterogeneous true-reward spread and a biased proxy; GRPO, Dr. GRPO, "
-            "batch-std, SLAS. Tabular softmax policy with a shared logit term, SGD, same lr "
-            "sweep for every arm."
+            "batch-std, SLAS. Tabular softmax policy with a shared logit term, SGD; 3 "
+            "learning rates per arm (Dr. GRPO 30-300, the others 3-30, +1 edge step) "
+            "selected on a validation stream, retrained on the test stream."
         ),
         scale_note=(
             "Toy bandits stand in for LLM and text-to-image fine-tuning; SLAS's gamma is not "
-            "public (0.5 here); SLAS's own headline is a secondary effect of this claim."
+            "public (0.5 here); SLAS's own headline is a secondary effect of this claim; 16 "
+            "seeds at quick because the primary's per-seed values are bimodal."
         ),
     )
 )

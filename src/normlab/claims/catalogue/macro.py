@@ -6,9 +6,10 @@ scales, so a model without RMSNorm or weight decay trains competitively. Here Ti
 every norm removed (identity) is trained with MACRO on its hidden matrices (oblique
 manifold: unit-norm rows) and AdamW without weight decay on embeddings, head and biases,
 against the usual TinyGPT with RMSNorm trained by AdamW with weight decay 0.1. A third arm,
-no norm with plain AdamW, is the control for the activation-scale effect. Both main arms
-get the same sweep (two candidates, index k: AdamW lr ``lrs[k]``, MACRO lr
-``macro_lrs[k]``); in each arm the candidate with the lowest final training loss is kept.
+no norm with plain AdamW, is the control for the activation-scale effect. Every arm gets 4
+trials (the protocol): the MACRO arm its MACRO lr x its AdamW lr (embeddings, head, biases)
+decoupled, the AdamW arms 4 learning rates; each is selected on validation bpb (windows of
+the first half of the held-out files) and reported on test bpb (the second half).
 
 No-norm arms initialise their token and position embeddings at unit RMS (what RMSNorm would
 hand the first layer); the baseline keeps TinyGPT's 0.02.
@@ -29,14 +30,16 @@ from normlab.claims.core import (
     Check,
     CheckOutcome,
     Claim,
-    Effect,
+    FreeSetting,
     Margin,
-    Precondition,
+    Premise,
+    difference,
     register_claim,
 )
+from normlab.claims.protocol import tune_arms
 from normlab.data.corpus import corpus, sample_batch
+from normlab.models.fit import fit
 from normlab.models.gpt import GPTConfig, TinyGPT
-from normlab.models.lm import evaluate_bpb
 from normlab.optim import MACRO, msign
 from normlab.papers import paper
 
@@ -81,60 +84,84 @@ def _scale(model: TinyGPT, x: torch.Tensor) -> float:
     return max(float(s.square().mean().sqrt()) for s in states)
 
 
-def _train(arm: str, k: int, config: Mapping[str, Any], seed: int) -> dict[str, Any]:
+def _held_out(part: str) -> torch.Tensor:
+    """The held-out files' bytes: first half ``"val"`` (selection), second half ``"test"``."""
+    data = corpus("val")
+    return data[: len(data) // 2] if part == "val" else data[len(data) // 2 :]
+
+
+@torch.no_grad()
+def _bpb(model: TinyGPT, part: str, config: Mapping[str, Any], seed: int) -> float:
+    """Mean bits per byte on fixed windows (they depend only on ``seed``) of one half."""
+    g, data = torch.Generator().manual_seed(10_000 + seed), _held_out(part)
+    model.eval()
+    total = 0.0
+    for _ in range(config["eval_batches"]):
+        x, y = sample_batch(data, 16, config["context"], g)
+        total += F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
+    return total / config["eval_batches"] / _LN2
+
+
+def _train(arm: str, params: Mapping[str, Any], config: Mapping[str, Any], seed: int) -> dict:
     model = build(arm, config, seed)
-    model.train()
-    lr, macro_lr = config["lrs"][k], config["macro_lrs"][k]
+    lr, macro_lr = params["lr"], params.get("macro_lr", 0.0)
     opts = _optimizers(model, arm, lr, macro_lr, config["weight_decay"])
     g = torch.Generator().manual_seed(seed)
     probe, _ = sample_batch(corpus("val"), 8, config["context"], torch.Generator().manual_seed(7))
-    data, steps, warm = corpus("train"), config["steps"], config["warmup"]
-    losses, scales, at = [], [_scale(model, probe)], [0]
-    for step in range(steps):
-        factor = min(1.0, (step + 1) / warm)
-        for opt in opts:
-            for group in opt.param_groups:
-                group.setdefault("base_lr", group["lr"])
-                group["lr"] = group["base_lr"] * factor
-        x, y = sample_batch(data, config["batch"], config["context"], g)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-        for opt in opts:
-            opt.zero_grad(set_to_none=True)
-        if not torch.isfinite(loss):
-            break
-        loss.backward()
-        for opt in opts:
-            opt.step()
-        losses.append(loss.item() / _LN2)
+    data, warm = corpus("train"), config["warmup"]
+    scales, at = [_scale(model, probe)], [0]
+
+    def loss_fn(net: TinyGPT, batch) -> torch.Tensor:
+        x, y = batch
+        return F.cross_entropy(net(x).flatten(0, 1), y.flatten())
+
+    def after_step(step: int, loss: torch.Tensor) -> None:
         if (step + 1) % config["probe_every"] == 0:
             scales.append(_scale(model, probe))
             at.append(step + 1)
-    tail = losses[-max(1, len(losses) // 10) :]
-    done = len(losses) == steps
+
+    result = fit(
+        model,
+        loss_fn,
+        lambda step: sample_batch(data, config["batch"], config["context"], g),
+        config["steps"],
+        opts,
+        schedule=lambda step: min(1.0, (step + 1) / warm),
+        after_step=after_step,
+    )
+    tail = [v / _LN2 for v in result.losses[-max(1, len(result.losses) // 10) :]]
+    done = result.diverged is None
     return {
-        "train_bpb": sum(tail) / len(tail) if done else math.inf,
-        "val_bpb": evaluate_bpb(model, batches=config["eval_batches"], seed=seed)
-        if done
-        else math.inf,
+        "train_bpb": sum(tail) / len(tail) if done and tail else math.inf,
+        "val_bpb": _bpb(model, "val", config, seed) if done else math.inf,
+        "test_bpb": _bpb(model, "test", config, seed) if done else math.inf,
         "scale_growth": math.log10(max(scales) / scales[0]),
         "final_scale": scales[-1],
         "lr": lr,
-        "macro_lr": macro_lr if arm == "nonorm-macro" else 0.0,
+        "macro_lr": macro_lr,
         "curve": {"step": at, "scale": scales},
+        "diverged": result.diverged.record() if result.diverged else None,
     }
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Validation bpb and residual-stream scale growth of the three arms."""
+    """Test bpb and residual-stream scale of the three arms, each tuned on validation bpb."""
     seed_everything(seed)
-    table, curves = {}, {}
-    for arm in ARMS:
-        ks = config["control_sweep"] if arm == "nonorm-adamw" else range(len(config["lrs"]))
-        runs = [_train(arm, k, config, seed) for k in ks]
-        best = min(runs, key=lambda r: r["train_bpb"])
+
+    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, dict]:
+        out = _train(arm, params, config, seed)
+        return out["val_bpb"], out
+
+    tuned, records = tune_arms(config, evaluate)
+    table, curves, diverged = {}, {}, {}
+    for arm, t in tuned.items():
+        best = dict(t.result)
         curves[arm] = best.pop("curve")
+        div = best.pop("diverged")
+        if div is not None:
+            diverged[arm] = div
         table[arm] = {key: float(v) for key, v in best.items()}
-    return {"table": table, "curves": curves}
+    return {"table": table, "curves": curves, "tuning": records, "diverged": diverged}
 
 
 def _check_msign(config: Mapping[str, Any]) -> CheckOutcome:
@@ -196,49 +223,77 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     return fig
 
 
-_COMMON = {
-    "n_heads": 4,
-    "lrs": [1e-3, 3e-3],
-    "macro_lrs": [0.02, 0.05],
-    "weight_decay": 0.1,
-    "control_sweep": [1],
-    "eval_batches": 4,
-}
+_COMMON = {"n_heads": 4, "weight_decay": 0.1, "eval_batches": 4}
+#: What a diverged run counts as: the uniform byte predictor.
+_DIV = {"val_bpb": 8.0, "test_bpb": 8.0}
+
+
+def _search(lrs: list[float], macro_lrs: list[float], adam_lrs: list[float], extend: int):
+    adam = {"lr": adam_lrs}
+    macro = {"lr": lrs, "macro_lr": macro_lrs}
+    return {
+        "per_arm": {"rmsnorm-adamw": adam, "nonorm-macro": macro, "nonorm-adamw": adam},
+        "extend": extend,
+    }
+
 
 CLAIM = register_claim(
     Claim(
         id="macro",
         paper=paper("macro"),
         hypothesis=(
-            "TinyGPT without any norm, trained with MACRO, reaches a validation loss no worse "
+            "TinyGPT without any norm, trained with MACRO, reaches a test loss no worse "
             "than TinyGPT with RMSNorm and AdamW + weight decay, with bounded activations."
         ),
-        primary=Effect(
+        primary=difference(
             "loss_gap",
-            "validation bpb of no-norm + MACRO minus RMSNorm + AdamW(wd 0.1)",
-            lambda m: cell(m, "nonorm-macro", "val_bpb") - cell(m, "rmsnorm-adamw", "val_bpb"),
+            "test bpb of no-norm + MACRO minus RMSNorm + AdamW(wd 0.1)",
+            "nonorm-macro",
+            "rmsnorm-adamw",
+            "test_bpb",
             direction="no_greater",
             margin=Margin(
                 0.05,
                 "normlab's choice: 0.05 bpb (about 1.5% of the loss at this "
                 "scale) for 'highly competitive'; the abstract gives no number",
             ),
-            baseline="rmsnorm-adamw",
             unit="bpb",
+            if_diverged=_DIV,
         ),
         secondary=(
-            Effect(
+            difference(
                 "activation_bound",
-                "log10 growth of the max residual-stream RMS during training, no-norm AdamW "
-                "minus no-norm MACRO",
-                lambda m: (
-                    cell(m, "nonorm-adamw", "scale_growth")
-                    - cell(m, "nonorm-macro", "scale_growth")
-                ),
-                direction="greater",
-                margin=Margin(0.1, "normlab's choice: a tenth of a decade of growth"),
-                baseline="nonorm-adamw",
+                "log10 of the final max residual-stream RMS, no-norm MACRO minus no-norm "
+                "AdamW (negative: MACRO keeps activations smaller)",
+                "nonorm-macro",
+                "nonorm-adamw",
+                "final_scale",
+                log10=True,
+                direction="less",
+                margin=Margin(0.1, "normlab's choice: a tenth of a decade"),
                 unit="decades",
+            ),
+            difference(
+                "growth_vs_adamw",
+                "log10 growth of the max residual-stream RMS during training, no-norm MACRO "
+                "minus no-norm AdamW",
+                "nonorm-macro",
+                "nonorm-adamw",
+                "scale_growth",
+                direction="less",
+                margin=Margin(0.1, "normlab's choice: a tenth of a decade of growth"),
+                unit="decades",
+            ),
+            difference(
+                "loss_vs_nonorm_adamw",
+                "test bpb of no-norm MACRO minus no-norm AdamW",
+                "nonorm-macro",
+                "nonorm-adamw",
+                "test_bpb",
+                direction="less",
+                margin=Margin(0.02, "normlab's choice: 0.02 bpb"),
+                unit="bpb",
+                if_diverged=_DIV,
             ),
         ),
         checks=(
@@ -249,24 +304,40 @@ CLAIM = register_claim(
             ),
             Check("on_manifold", "hidden rows stay unit-norm over 100 steps", _check_manifold),
         ),
-        preconditions=(
-            Precondition(
+        premises=(
+            Premise(
                 "baseline_trained",
-                "validation bpb of RMSNorm + AdamW",
-                lambda m: cell(m, "rmsnorm-adamw", "val_bpb"),
-                op="<=",
-                threshold=5.0,
-                source="normlab's choice: below 5 bits the model has learned more "
-                "than byte frequencies",
+                "test bpb of RMSNorm + AdamW",
+                lambda m: cell(m, "rmsnorm-adamw", "test_bpb"),
+                direction="no_greater",
+                margin=Margin(
+                    5.0,
+                    "normlab's choice: below 5 bits the model has learned more than byte "
+                    "frequencies",
+                ),
+                if_diverged=_DIV,
             ),
+            Premise(
+                "nonorm_scale_grows",
+                "log10 growth of the max residual-stream RMS of no-norm AdamW",
+                lambda m: cell(m, "nonorm-adamw", "scale_growth"),
+                direction="greater",
+                margin=Margin(0.1, "normlab's choice: without growth there is nothing to bound"),
+                gates=("activation_bound", "growth_vs_adamw"),
+            ),
+        ),
+        free_settings=(
+            FreeSetting("steps", 100, 400, "normlab's choice: the training budget"),
+            FreeSetting("weight_decay", 0.03, 0.3, "normlab's choice: the baseline's AdamW wd"),
         ),
         headline="MACRO achieves highly competitive performance on large-scale LLMs without "
         "RMSNorm or weight decay (no number in the abstract).",
         setup=(
             "Byte-level TinyGPT on the stdlib corpus; arms: RMSNorm + AdamW(wd 0.1); no norm + "
             "MACRO (oblique, hidden matrices) + AdamW (embeddings, head, biases, no wd); control "
-            "no norm + AdamW. Linear warm-up then constant lr; 2-candidate sweep, selected by "
-            "final training loss; val bpb on fixed windows."
+            "no norm + AdamW. Linear warm-up then constant lr; 4 trials per arm (MACRO: MACRO "
+            "lr x AdamW lr; AdamW arms: 4 lrs), selected on validation bpb, reported on test "
+            "bpb (disjoint halves of the held-out files)."
         ),
         scale_note="quick: d_model 32, 2 layers, context 32, 200 steps; the paper trains LLMs.",
         configs={
@@ -281,10 +352,8 @@ CLAIM = register_claim(
                 "steps": 20,
                 "warmup": 5,
                 "probe_every": 10,
-                "lrs": [3e-3],
-                "macro_lrs": [0.05],
-                "control_sweep": [0],
                 "eval_batches": 1,
+                "search": _search([3e-3], [0.05], [3e-3], 0),
             },
             "quick": {
                 "seeds": 5,
@@ -296,6 +365,7 @@ CLAIM = register_claim(
                 "steps": 200,
                 "warmup": 20,
                 "probe_every": 20,
+                "search": _search([3e-3, 1e-2], [0.01, 0.03], [1e-3, 2e-3, 4e-3, 8e-3], 1),
             },
             "full": {
                 "seeds": 5,
@@ -307,8 +377,12 @@ CLAIM = register_claim(
                 "steps": 3000,
                 "warmup": 100,
                 "probe_every": 100,
-                "lrs": [1e-3, 2e-3, 4e-3],
-                "macro_lrs": [0.01, 0.02, 0.05],
+                "search": _search(
+                    [1e-3, 2e-3, 4e-3],
+                    [0.01, 0.02, 0.05],
+                    [1e-3 * 2.0**k for k in range(-4, 5)],
+                    2,
+                ),
             },
         },
         run=run,

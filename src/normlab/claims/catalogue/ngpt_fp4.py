@@ -6,20 +6,26 @@ this to the dot product: quantization noise stays uncorrelated in both architect
 nGPT the element-wise products are weakly positively correlated, so the signal accumulates
 along the hidden dimension faster than the noise and the SNR grows with width.
 
-Here a pre-LN TinyGPT and an nGPT-style TinyGPT (``residual="ngpt"``) are trained at
-three widths, each in fp32 and with every linear layer's three GEMMs fake-quantized to
-NVFP4 (straight-through, round-to-nearest, per-tensor amax for all operands; no Hadamard
-transform, no stochastic rounding). The loss gap is the NVFP4 model's validation bits per
-byte under its NVFP4 forward minus the fp32 model's; the primary effect is nGPT's gap minus
-pre-LN's at the largest width. The SNR (:func:`normlab.quant.snr.gemm_snr`) of every linear
-layer of the fp32 models, with real inputs from validation windows, at the full
-dot-product length ``k = d_model``, is compared across widths (secondary).
+Here a pre-LN TinyGPT and an nGPT-style TinyGPT (``residual="ngpt"``) are trained at each
+width in ``widths``, in fp32 and with every linear layer's three GEMMs fake-quantized to
+NVFP4 (straight-through, round-to-nearest; no Hadamard transform, no stochastic rounding).
+The FP4 tensor scale follows each architecture's recipe (normlab's reading of the
+abstract's "without per-tensor scaling"): nGPT's forward operands use the fixed range amax
+= 1.0 of its reference recipe (its weights and hidden states are unit-norm), the standard
+transformer keeps the per-tensor measured amax it needs (``fp4_amax``; gradients always use
+their measured amax). The loss gap is the NVFP4 model's held-out validation bits per byte
+under its NVFP4 forward (the tensor range it trained with) minus the fp32 model's; the
+primary effect is nGPT's gap minus pre-LN's at the widest width. A run that diverges counts
+as the uniform byte predictor (8.0 bpb), so "the baseline diverges in NVFP4" is evidence,
+not an error. Premise: NVFP4 costs the baseline something (pre-LN's gap at the widest width
+above 0.01 bpb), else there is nothing for nGPT to lose less of.
 
-Both models get the same learning-rate sweep: every rate of ``lrs`` is tried in fp32 at the
-sweep width, each architecture keeps the rate with its lowest validation bits per byte
-(measured on windows disjoint from the final evaluation's) for every width and precision.
-(nGPT's scalar parameters are stored at ``1/sqrt(d)`` and want a larger rate: an earlier
-one-seed sweep at d = 64 gave 3.50 bpb at 1.6e-2 for nGPT, 3.56 at 3e-3 for pre-LN.)
+Learning rates: every (architecture, width) gets the same lr search, run by the harness
+in fp32 and selected on the trainer's validation windows (disjoint from the held-out
+windows of the final score); the NVFP4 model trains at its fp32 twin's chosen rate, so the
+gap is the cost of NVFP4 at a tuned rate. The SNR (:func:`normlab.quant.snr.gemm_snr`) of
+every linear layer of the fp32 models, with real inputs from validation windows, at the full
+dot-product length ``k = d_model``, is compared across widths (secondary).
 """
 
 from __future__ import annotations
@@ -33,15 +39,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from normlab.claims.catalogue._lm_settings import HELD_OUT, UNIFORM_BPB
 from normlab.claims.common import cell, loglog_slope, seed_everything
-from normlab.claims.core import Claim, Effect, Margin, register_claim
+from normlab.claims.core import Claim, Effect, FreeSetting, Margin, Premise, register_claim
+from normlab.claims.protocol import tune_arms
 from normlab.data.corpus import corpus, sample_batch
 from normlab.models.gpt import GPTConfig
 from normlab.models.lm import LMTrainConfig, evaluate_bpb, train_lm
 from normlab.papers import paper
 from normlab.quant.model import quantized
 from normlab.quant.snr import gemm_snr
-from normlab.quant.spec import QuantFormat
+from normlab.quant.spec import QuantFormat, preset
 
 __all__ = ["CLAIM", "linear_operands", "snr_profile"]
 
@@ -90,7 +98,7 @@ def _train_config(config: Mapping[str, Any], lr: float, ngpt: bool) -> LMTrainCo
     return LMTrainConfig(
         steps=steps,
         batch=config["batch"],
-        lr=lr,
+        lr=float(lr),
         weight_decay=0.0 if ngpt else config["weight_decay"],
         warmup=0 if ngpt else max(1, steps // 10),
         eval_every=max(1, steps // 4),
@@ -103,44 +111,91 @@ def _gpt(config: Mapping[str, Any], name: str, width: int) -> GPTConfig:
     return GPTConfig(d_model=width, residual="ngpt" if name == "ngpt" else "pre", **arch)
 
 
+def _fp4(config: Mapping[str, Any], tc: LMTrainConfig, name: str) -> LMTrainConfig:
+    amax = config["fp4_amax"][name]
+    return replace(tc, matmul_quant="nvfp4", matmul_quant_amax=amax)
+
+
+def _fp4_forward(config: Mapping[str, Any], name: str) -> dict[str, QuantFormat]:
+    """The NVFP4 forward formats of ``name`` (its recipe's tensor range, as in training)."""
+    amax = config["fp4_amax"][name]
+    if amax is None:
+        return {}
+    weights, activations = preset("nvfp4")
+    return {
+        "weights": replace(weights, tensor_amax=amax),
+        "activations": replace(activations, tensor_amax=amax),
+    }
+
+
+def arms(config: Mapping[str, Any]) -> list[str]:
+    """The tuned arms: one per architecture and width, ``"<model>-d<width>"``."""
+    return [f"{name}-d{w}" for name in MODELS for w in config["widths"]]
+
+
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Sweep the learning rate, then train both models at every width in fp32 and NVFP4."""
+    """Tune each (architecture, width) in fp32, train its NVFP4 twin at the chosen lr."""
     seed_everything(seed)
-    evaluate = {"batches": config["eval_batches"], "batch": 8, "seed": seed}
-    select = {"batches": 2, "batch": 8, "seed": 50_000 + seed}  # disjoint selection windows
+    held = {"batches": config["eval_batches"], "batch": 8, "seed": HELD_OUT + seed}
+
+    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, Any]:
+        name, width = arm.rsplit("-d", 1)
+        gpt = _gpt(config, name, int(width))
+        model, log = train_lm(gpt, _train_config(config, params["lr"], name == "ngpt"), seed)
+        return (math.inf if log.get("diverged") else float(log["val_bpb"][-1])), (model, log)
+
+    tuned, records = tune_arms(config, evaluate, arms(config))
     table: dict[str, dict[str, float]] = {}
+    diverged: dict[str, Any] = {}
     curves: dict[str, Any] = {"widths": list(config["widths"])}
+    probe, _ = sample_batch(
+        corpus("val"), config["probe_sequences"], config["context"],
+        torch.Generator().manual_seed(40_000 + seed),
+    )  # fmt: skip
+    widest = max(config["widths"])
     for name in MODELS:
-        ngpt = name == "ngpt"
-        sweep = {}
-        for lr in config["lrs"]:
-            model, _ = train_lm(_gpt(config, name, config["sweep_width"]),
-                                _train_config(config, lr, ngpt), seed)  # fmt: skip
-            sweep[lr] = evaluate_bpb(model, **select)
-        lr = min(sweep, key=sweep.get)
-        curves[name] = {"sweep": {f"{k:g}": v for k, v in sweep.items()}, "snr_db": []}
+        curves[name] = {"snr_db": []}
         for width in config["widths"]:
-            gpt, tc = _gpt(config, name, width), _train_config(config, lr, ngpt)
-            probe, _ = sample_batch(
-                corpus("val"), config["probe_sequences"], config["context"],
-                torch.Generator().manual_seed(40_000 + seed),
-            )  # fmt: skip
-            fp32, _ = train_lm(gpt, tc, seed)
-            fp4, _ = train_lm(gpt, replace(tc, matmul_quant="nvfp4"), seed)
-            row = {"lr": lr, "fp32_bpb": evaluate_bpb(fp32, **evaluate)}
-            with quantized(fp4, "nvfp4"):
-                row["fp4_bpb"] = evaluate_bpb(fp4, **evaluate)
-            row["gap"] = row["fp4_bpb"] - row["fp32_bpb"]
-            row["snr_db"] = snr_profile(fp32, probe, [width])[0]
-            table[f"{name}-d{width}"] = row
-            curves[name]["snr_db"].append(row["snr_db"])
+            t = tuned[f"{name}-d{width}"]
+            lr = t.chosen["lr"]
+            fp32, log32 = t.result
+            tc = _train_config(config, lr, name == "ngpt")
+            fp4, log4 = train_lm(_gpt(config, name, width), _fp4(config, tc, name), seed)
+            rows = {}
+            if log32.get("diverged"):
+                rows["fp32"] = {"bpb": UNIFORM_BPB, "snr_db": math.nan}
+                diverged[f"{name}-d{width}-fp32"] = log32["diverged"]
+            else:
+                snr = snr_profile(fp32, probe, [width])[0]
+                rows["fp32"] = {"bpb": evaluate_bpb(fp32, **held), "snr_db": snr}
+            if log4.get("diverged"):
+                rows["fp4"] = {"bpb": UNIFORM_BPB}
+                diverged[f"{name}-d{width}-fp4"] = log4["diverged"]
+            else:
+                with quantized(fp4, "nvfp4", **_fp4_forward(config, name)):
+                    rows["fp4"] = {"bpb": evaluate_bpb(fp4, **held)}
+            for precision, row in rows.items():
+                table[f"{name}-d{width}-{precision}"] = {**row, "lr": lr}
+                if width == widest:  # the primary's rows, named for every scale alike
+                    table[f"{name}-wide-{precision}"] = {**row, "lr": lr}
+                    key = f"{name}-d{width}-{precision}"
+                    if key in diverged:
+                        diverged[f"{name}-wide-{precision}"] = diverged[key]
+            curves[name]["snr_db"].append(rows["fp32"]["snr_db"])
         snr = [10 ** (v / 10) for v in curves[name]["snr_db"]]
-        table[name] = {"snr_width_slope": loglog_slope(config["widths"], snr), "lr": lr}
-    return {"table": table, "curves": curves}
+        slope = loglog_slope(config["widths"], snr) if all(map(math.isfinite, snr)) else math.nan
+        table[name] = {"snr_width_slope": slope}
+    out = {"table": table, "curves": curves, "tuning": records}
+    return {**out, "diverged": diverged} if diverged else out
 
 
-def _gap(width: int) -> Any:
-    return lambda m: cell(m, f"ngpt-d{width}", "gap") - cell(m, f"tinygpt-d{width}", "gap")
+def _gap(m: Mapping[str, Any], name: str, width: str) -> float:
+    return cell(m, f"{name}-{width}-fp4", "bpb") - cell(m, f"{name}-{width}-fp32", "bpb")
+
+
+def _widths(m: Mapping[str, Any]) -> list[int]:
+    keys = [k for k in m["table"] if k.startswith("ngpt-d") and k.endswith("-fp32")]
+    return sorted(int(k.split("-")[1][1:]) for k in keys)
 
 
 def _figure(measurements: Sequence[dict[str, Any]]):
@@ -171,8 +226,11 @@ _BASE = {
     "context": 64,
     "batch": 8,
     "weight_decay": 0.1,
-    "lrs": (3e-3, 1.6e-2),
+    "fp4_amax": {"ngpt": 1.0, "tinygpt": None},
 }
+#: One lr space for both architectures (nGPT's optimum, ~1.6e-2 at d = 64, and pre-LN's,
+#: ~3e-3, both lie inside it); tuned per width.
+_LRS = [3e-3, 1e-2, 3e-2]
 _GAP_MARGIN = Margin(
     0.01,
     "normlab's choice: 0.01 bpb, about the seed-to-seed spread of a quick TinyGPT's loss "
@@ -191,7 +249,10 @@ def _configs() -> dict[str, dict[str, Any]]:
             "batch": 4,
             "steps": 3,
             "widths": (16, 32),
-            "sweep_width": 16,
+            "search": {
+                "arms": ["tinygpt-d16", "tinygpt-d32", "ngpt-d16", "ngpt-d32"],
+                "space": {"lr": [1e-2]},
+            },
             "probe_sequences": 4,
             "eval_batches": 1,
         },
@@ -199,9 +260,12 @@ def _configs() -> dict[str, dict[str, Any]]:
             "seeds": 5,
             **_BASE,
             "context": 32,
-            "steps": 120,
-            "widths": (16, 32, 64),
-            "sweep_width": 32,
+            "steps": 300,
+            "widths": (32, 64),
+            "search": {
+                "arms": ["tinygpt-d32", "tinygpt-d64", "ngpt-d32", "ngpt-d64"],
+                "space": {"lr": _LRS},
+            },
             "probe_sequences": 16,
             "eval_batches": 4,
         },
@@ -212,9 +276,11 @@ def _configs() -> dict[str, dict[str, Any]]:
             "context": 128,
             "batch": 32,
             "steps": 2000,
-            "lrs": (2e-3, 4e-3, 8e-3, 1.6e-2),
             "widths": (64, 128, 256),
-            "sweep_width": 128,
+            "search": {
+                "arms": [f"{n}-d{w}" for n in MODELS for w in (64, 128, 256)],
+                "space": {"lr": [2e-3, 4e-3, 8e-3, 1.6e-2]},
+            },
             "probe_sequences": 64,
             "eval_batches": 16,
         },
@@ -224,20 +290,17 @@ def _configs() -> dict[str, dict[str, Any]]:
 _CONFIGS = _configs()
 
 
-def _widest_gap(m: Mapping[str, Any]) -> float:
-    widths = sorted(int(k.rsplit("-d", 1)[1]) for k in m["table"] if k.startswith("ngpt-d"))
-    return _gap(widths[-1])(m)
-
-
 def _narrowest_gap(m: Mapping[str, Any]) -> float:
-    widths = sorted(int(k.rsplit("-d", 1)[1]) for k in m["table"] if k.startswith("ngpt-d"))
-    return _gap(widths[0])(m)
+    w = f"d{_widths(m)[0]}"
+    return _gap(m, "ngpt", w) - _gap(m, "tinygpt", w)
 
 
 def _widest_snr(m: Mapping[str, Any]) -> float:
-    widths = sorted(int(k.rsplit("-d", 1)[1]) for k in m["table"] if k.startswith("ngpt-d"))
-    w = widths[-1]
-    return cell(m, f"ngpt-d{w}", "snr_db") - cell(m, f"tinygpt-d{w}", "snr_db")
+    return cell(m, "ngpt-wide-fp32", "snr_db") - cell(m, "tinygpt-wide-fp32", "snr_db")
+
+
+_IF_DIVERGED = {"bpb": UNIFORM_BPB}
+_WIDE = (("ngpt-wide-fp4", "tinygpt-wide-fp4"), ("ngpt-wide-fp32", "tinygpt-wide-fp32"))
 
 
 CLAIM = register_claim(
@@ -251,12 +314,16 @@ CLAIM = register_claim(
         ),
         primary=Effect(
             "gap_smaller",
-            "nGPT's NVFP4 - fp32 validation bits per byte minus pre-LN's, at the largest width",
-            _widest_gap,
+            "nGPT's NVFP4 - fp32 held-out bits per byte minus pre-LN's, at the widest width "
+            "(a diverged run counts as the uniform predictor)",
+            lambda m: _gap(m, "ngpt", "wide") - _gap(m, "tinygpt", "wide"),
             direction="less",
             margin=_GAP_MARGIN,
+            method="ngpt",
             baseline=_PRE,
             unit="bpb",
+            if_diverged=_IF_DIVERGED,
+            exchangeable=_WIDE,
         ),
         secondary=(
             Effect(
@@ -267,15 +334,17 @@ CLAIM = register_claim(
                 margin=_GAP_MARGIN,
                 baseline=_PRE,
                 unit="bpb",
+                if_diverged=_IF_DIVERGED,
             ),
             Effect(
                 "snr_higher",
-                "nGPT's NVFP4 SNR at k = d_model minus pre-LN's, at the largest width",
+                "nGPT's NVFP4 SNR at k = d_model minus pre-LN's, at the widest width",
                 _widest_snr,
                 direction="greater",
                 margin=Margin(0.5, "normlab's choice: 0.5 dB, a 12% higher SNR"),
                 baseline=_PRE,
                 unit="dB",
+                exchangeable=(_WIDE[1],),
             ),
             Effect(
                 "snr_advantage_grows",
@@ -293,21 +362,37 @@ CLAIM = register_claim(
                 baseline="pre-LN TinyGPT's slope",
             ),
         ),
+        premises=(
+            Premise(
+                "nvfp4_hurts_baseline",
+                "pre-LN's NVFP4 - fp32 held-out bits per byte at the widest width",
+                lambda m: _gap(m, "tinygpt", "wide"),
+                direction="greater",
+                margin=_GAP_MARGIN,
+                unit="bpb",
+                gates=("gap_smaller",),
+                if_diverged=_IF_DIVERGED,
+            ),
+        ),
+        free_settings=(
+            FreeSetting("weight_decay", 0.0, 0.3, "normlab's choice: pre-LN's AdamW decay"),
+        ),
         headline=(
             "nGPT trains stably end to end in NVFP4 (1.2B dense, up to 3B/30B hybrid MoE) "
             "without Hadamard transforms or per-tensor scaling; its SNR advantage grows with "
             "the hidden dimension."
         ),
         setup=(
-            "Byte-level pre-LN TinyGPT and nGPT-style TinyGPT at widths 16/32/64 (quick), "
-            "same learning-rate sweep, each trained in fp32 and with all linear GEMMs "
-            "(forward, input and weight gradients) fake-quantized to NVFP4; gap = NVFP4 - "
-            "fp32 validation bits per byte; SNR E[s^2]/E[(s_hat - s)^2] of every linear "
-            "layer of the fp32 models at k = d_model."
+            "Byte-level pre-LN TinyGPT and nGPT-style TinyGPT at widths 32/64 (quick), lr "
+            "tuned per architecture and width over {3e-3, 1e-2, 3e-2} (+1 edge step) in "
+            "fp32, each trained in fp32 and with all linear GEMMs (forward, input and weight "
+            "gradients) fake-quantized to NVFP4 (nGPT: fixed amax 1.0; pre-LN: per-tensor "
+            "amax); gap = NVFP4 - fp32 held-out bits per byte; SNR E[s^2]/E[(s_hat - s)^2] "
+            "of every linear layer of the fp32 models at k = d_model."
         ),
         scale_note=(
-            "Quick trains 120 steps of context 32 at widths 16-64 with a two-rate sweep; the "
-            "seed's widths are 1-4k, and full scale (64-256, 2000 steps, four rates) is the test."
+            "Quick trains 300 steps of context 32 at widths 32 and 64; the seed's widths are "
+            "1-4k, and full scale (64-256, 2000 steps, four rates) is the test."
         ),
         configs=_CONFIGS,
         run=run,
@@ -317,6 +402,6 @@ CLAIM = register_claim(
             "(orange), one line per seed; nGPT should sit lower. Right: the NVFP4 SNR of "
             "the fp32 models' GEMMs against width; nGPT's should rise faster."
         ),
-        version=2,
+        version=3,
     )
 )

@@ -1,30 +1,37 @@
-"""Claim ``norin``: NoRIN's shape must be chosen outside gradient training, and then it helps.
+"""Claim ``norin``: NoRIN's shape, chosen outside gradient training, lies far from the linear
+limit and depends on the backbone.
 
-Per seed and per configuration (series x horizon x backbone), with the Time-Series-Library
-protocol (L = 96, 70/10/20 split, standardized scale):
+The abstract's headline: the fitted shape ``(delta*, epsilon*)`` of the Johnson S_U map lies
+far from the linear limit (``delta -> infinity``, where NoRIN is RevIN) and differs by
+backbone. Per seed and per configuration (series x backbone), with the Time-Series-Library
+protocol (L = 96, H = 96, 70/10/20 split, standardized scale):
 
-* joint: NoRIN with ``(delta, epsilon)`` trained by gradient with the backbone from
-  ``delta = 1, epsilon = 0``; the per-epoch ``delta`` is recorded (the degeneration problem:
-  it drifts toward the linear limit ``delta -> infinity``).
-* decoupled: Slifker-Shapiro initialisation on the training windows (falling back to the
-  linear end, ``delta = 30``, when they are not S_U), then Optuna TPE over
-  ``log delta in [log 0.3, log 30]``, ``epsilon in [-3, 3]``; each trial trains the
-  backbone with the shape fixed and is scored by validation MSE; the selected trial's test
-  MSE is NoRIN's.
-* baselines RevIN, Dish-TS, SAN and FAN, trained by the same trainer, each given the same
-  selection budget: as many validated runs as NoRIN's trials (learning rate drawn
-  log-uniformly within half a decade of the default; the first at the default), the run
-  with the best validation MSE tested.
+* every trained arm (RevIN, Dish-TS, SAN, decoupled NoRIN, joint NoRIN) gets the same Adam
+  lr grid, selected on validation MSE (early stopping on it too) by
+  :func:`~normlab.claims.protocol.tune_arms`; decoupled NoRIN's lr is tuned at the search's
+  starting shape;
+* decoupled NoRIN, the method: at its chosen lr, Optuna TPE over
+  ``log delta in [log 0.3, log 30]``, ``epsilon in [-3, 3]`` (``trials`` trials, each training
+  the backbone with the shape fixed, scored by validation MSE). The search starts at the
+  Slifker-Shapiro fit of the training windows where they are S_U; the standardized EPF
+  windows are S_B (quantile ratio about 0.87), where the fit falls back to the linear end
+  ``delta = 30`` (:func:`normlab.series.fit_shape`), so the search starts instead at the
+  neutral point ``delta = 3, epsilon = 0``, the geometric centre of the range (the
+  measurement records the fit's family and ratio);
+* joint NoRIN: ``(delta, epsilon)`` trained by gradient with the backbone from
+  ``delta = 1, epsilon = 0`` (the degeneration problem: drift toward the linear limit).
 
-Effects, per series (never averaged over series), in log10 test-MSE ratios, each paired by
-seed (same data, same backbone initialisation): the primary is the paper's "beats Dish-TS
-and SAN" (NoRIN against the better of the two) on the EPF prices; secondaries compare with
-each baseline on each series. ``delta*`` is judged against a placebo: a random pick from the
-search's own prior (log-uniform on [0.3, 30]) has mean ``log10 delta = log10 3`` and already
-lands below 10 with probability 0.76, so "far from the linear limit" means a mean
-``log10 delta*`` below the prior's. The joint run's drift ``log(delta_T / delta_0)`` is the
-degeneration problem. The per-configuration Wilcoxon test of NoRIN against RevIN is kept in
-the measurement (``paired``) for the full scale, where there are enough configurations.
+Primary, on the real EPF prices with two backbones (linear, MLP): the mean over backbones
+of ``log10 delta*`` against the placebo, a random pick from the search's own prior
+(log-uniform on [0.3, 30], mean ``log10 3``); positive means further from the linear limit
+than chance. The rows ``<series>/selected`` and ``<series>/placebo`` are exchangeable when
+the selection is a random pick. Premise: the validation MSE depends on the shape at all
+(the trials' spread), or delta* means nothing. Secondaries: backbone dependence
+(``|log10 delta*_linear - log10 delta*_mlp|`` against the placebo's 2/3 decade), the joint
+drift as a fraction of the most Adam can move ``log delta`` in the run (``lr x steps``),
+and test MSE against each baseline. The heavy-tailed synthetic series is generated with
+``delta = 0.6``, so "far from linear" there holds by construction: a positive control, not
+evidence.
 """
 
 from __future__ import annotations
@@ -32,80 +39,100 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from normlab.claims.common import cell, seed_everything
-from normlab.claims.core import Claim, Effect, Margin, register_claim
+from normlab.claims.core import (
+    Claim,
+    Effect,
+    FreeSetting,
+    Margin,
+    Precondition,
+    Premise,
+    register_claim,
+)
+from normlab.claims.protocol import tune_arms
 from normlab.data.series import Splits, named_series, split_windows
 from normlab.models.forecast_train import Forecaster, ForecastTrainConfig, fit_and_test
 from normlab.models.norin_tuning import tune_norin
 from normlab.papers import paper
 
-__all__ = ["CLAIM", "DELTA_LINEAR", "run"]
+__all__ = ["CLAIM", "DELTA_LINEAR", "NEUTRAL", "run"]
 
-#: delta* below this counts as far from the linear limit (see the module docstring).
+#: delta* below this counts as far from the linear limit (reported, not judged).
 DELTA_LINEAR = 10.0
-BASELINES = ("revin", "dish-ts", "san", "fan")
+#: The search's neutral start where the windows are not S_U: the range's geometric centre.
+NEUTRAL = (3.0, 0.0)
+BASELINES = ("revin", "dish-ts", "san")
+ARMS = (*BASELINES, "norin", "norin-joint")
+#: log10 of the validation-MSE ratio (worst / best shape trial) above which the shape matters.
+_MATTERS = math.log10(1.02)
+#: Mean of log10(delta) under the search's prior, log-uniform on [0.3, 30].
+PRIOR_LOG10_DELTA = 0.5 * (math.log10(0.3) + math.log10(30.0))
+#: E|U1 - U2| of two independent picks from that prior (uniform over 2 decades): 2/3.
+PRIOR_LOG10_GAP = (math.log10(30.0) - math.log10(0.3)) / 3.0
 
-_COMMON = {"lookback": 96, "delta_init": 1.0, "batch": 32, "lr": 1e-3, "patience": 2}
+_SEARCH = {"arms": list(ARMS), "space": {"lr": [1e-3, 3e-3, 1e-2]}}
+_COMMON = {"lookback": 96, "horizon": 96, "delta_init": 1.0, "batch": 32, "patience": 3}
 CONFIGS: dict[str, dict[str, Any]] = {
     "smoke": {
         **_COMMON,
         "seeds": 1,
-        "series": ["epf_prices", "heavy_tailed"],
+        "series": {"epf_prices": ["linear", "mlp"], "heavy_tailed": ["linear"]},
         "length": 1500,
-        "horizons": [96],
-        "backbones": ["linear"],
         "trials": 1,
         "epochs": 2,
-        "batches_per_epoch": 6,
+        "batches_per_epoch": 4,
         "pretrain_epochs": 1,
         "val_windows": 64,
         "test_windows": 128,
         "fit_windows": 256,
+        "search": {**_SEARCH, "space": {"lr": [3e-3]}, "extend": 0},
     },
     "quick": {
         **_COMMON,
-        "seeds": 5,
-        "series": ["epf_prices", "heavy_tailed"],
+        "seeds": 6,
+        "series": {"epf_prices": ["linear", "mlp"], "heavy_tailed": ["linear"]},
         "length": 4000,
-        "horizons": [96],
-        "backbones": ["linear"],
         "trials": 4,
-        "epochs": 4,
+        "epochs": 12,
         "batches_per_epoch": 20,
         "pretrain_epochs": 2,
         "val_windows": 256,
         "test_windows": 1024,
         "fit_windows": 2000,
+        "search": _SEARCH,
     },
     "full": {
         **_COMMON,
         "seeds": 5,
-        "series": ["epf_prices", "heavy_tailed", "vic_elec"],
+        "series": {
+            "epf_prices": ["linear", "mlp"],
+            "vic_elec_hourly": ["linear", "mlp"],
+            "heavy_tailed": ["linear", "mlp"],
+        },
         "length": None,
-        "horizons": [96, 192, 336, 720],
-        "backbones": ["linear", "dlinear", "mlp", "patch"],
         "trials": 25,
-        "epochs": 10,
-        "patience": 3,
+        "epochs": 30,
         "batches_per_epoch": None,
         "pretrain_epochs": 3,
         "val_windows": None,
         "test_windows": None,
         "fit_windows": 5000,
+        "search": _SEARCH,
     },
 }
 
 
-def _train_config(config: Mapping[str, Any], *, joint: bool = False) -> ForecastTrainConfig:
+def _train_config(
+    config: Mapping[str, Any], lr: float, *, joint: bool = False
+) -> ForecastTrainConfig:
     return ForecastTrainConfig(
         epochs=int(config["epochs"]),
         batch=int(config["batch"]),
-        lr=float(config["lr"]),
+        lr=lr,
         # The joint run trains every epoch so its delta trajectory is complete.
         patience=int(config["epochs"]) if joint else int(config["patience"]),
         batches_per_epoch=config["batches_per_epoch"],
@@ -121,137 +148,139 @@ def _one_config(
     seed: int,
     periods: Sequence[int],
 ) -> dict[str, Any]:
-    plain, joint = _train_config(config), _train_config(config, joint=True)
+    """Tune every arm's lr on validation, then run NoRIN's shape search at its lr."""
     n_test = config["test_windows"]
-    rows: dict[str, dict[str, float]] = {}
-    rng = np.random.default_rng(seed)
-    for name in BASELINES:  # the same selection budget as NoRIN: `trials` validated runs
-        best = (math.inf, {})
-        for trial in range(int(config["trials"])):
-            lr = plain.lr * (1.0 if trial == 0 else 10 ** rng.uniform(-0.5, 0.5))
-            _, result, test = fit_and_test(
-                name,
-                backbone,
-                splits,
-                replace(plain, lr=lr),
-                seed=seed,
-                periods=periods,
-                test_windows=n_test,
-            )
-            if result.val_mse < best[0]:
-                best = (result.val_mse, test)
-        rows[name] = best[1]
-    trajectory: list[float] = []
+    windows = splits.train.get(splits.train.spread(config["fit_windows"]))[0]
+    from normlab.series import fit_shape
 
-    def record(epoch: int, model: Forecaster) -> None:
-        trajectory.append(float(model.norm.delta.detach().mean()))  # type: ignore[union-attr]
+    fit = fit_shape(windows)
+    start = NEUTRAL if fit.fallback else (fit.delta, fit.gamma)
 
-    _, _, rows["norin-joint"] = fit_and_test(
-        "norin",
+    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, Any]:
+        trajectory: list[float] = []
+
+        def record(epoch: int, model: Forecaster) -> None:
+            trajectory.append(float(model.norm.delta.detach().mean()))  # type: ignore[union-attr]
+
+        kwargs: dict[str, Any] = {}
+        if arm == "norin":
+            kwargs = {"delta": start[0], "epsilon": start[1]}
+        elif arm == "norin-joint":
+            kwargs = {
+                "delta": float(config["delta_init"]),
+                "epsilon": 0.0,
+                "learn_shape": True,
+                "on_epoch": record,
+            }
+        train = _train_config(config, params["lr"], joint=arm == "norin-joint")
+        _, result, test = fit_and_test(
+            "norin" if arm.startswith("norin") else arm,
+            backbone,
+            splits,
+            train,
+            seed=seed,
+            periods=periods,
+            test_windows=n_test,
+            **kwargs,
+        )
+        steps = sum(1 for _ in result.history) * _steps_per_epoch(config, splits)
+        row = {
+            **test,
+            "best_is_last": float(result.best_epoch == len(result.history)),
+            "steps": float(steps),
+        }
+        return result.val_mse, (row, trajectory)
+
+    tuned, records = tune_arms(config, evaluate)
+    rows = {arm: {**t.result[0], "lr": t.chosen["lr"]} for arm, t in tuned.items()}
+    trajectory = tuned["norin-joint"].result[1]
+    joint = rows["norin-joint"]
+    drift = math.log(trajectory[-1] / trajectory[0])
+    joint["drift_fraction"] = drift / (joint["lr"] * joint["steps"])
+    lr = tuned["norin"].chosen["lr"]
+    search = tune_norin(
         backbone,
         splits,
-        joint,
-        seed=seed,
-        test_windows=n_test,
-        on_epoch=record,
-        delta=float(config["delta_init"]),
-        epsilon=0.0,
-        learn_shape=True,
-    )
-    tuned = tune_norin(
-        backbone,
-        splits,
-        plain,
+        _train_config(config, lr),
         n_trials=int(config["trials"]),
         seed=seed,
         fit_windows=config["fit_windows"],
         test_windows=n_test,
+        fallback_init=NEUTRAL,
     )
-    rows["norin"] = tuned.test
+    rows["norin"] = {**search.test, "lr": lr, "best_is_last": rows["norin"]["best_is_last"]}
+    vals = [t[2] for t in search.search.trials if math.isfinite(t[2])]
     return {
         "rows": rows,
         "trajectory": trajectory,
-        "search": tuned.search.to_dict(),
-        "fit": tuned.fit.to_dict(),
+        "search": search.search.to_dict(),
+        "fit": search.fit.to_dict(),
+        "tuning": records,
+        "val_spread": math.log10(max(vals) / min(vals)) if len(vals) > 1 else 0.0,
     }
 
 
+def _steps_per_epoch(config: Mapping[str, Any], splits: Splits) -> int:
+    if config["batches_per_epoch"] is not None:
+        return int(config["batches_per_epoch"])
+    return math.ceil(len(splits.train) / int(config["batch"]))
+
+
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Measure the three NoRIN effects on every configuration, for one seed."""
+    """Every arm and NoRIN's shape search on every configuration, for one seed."""
     start = time.perf_counter()
     seed_everything(seed)
     per_config: dict[str, dict[str, dict[str, float]]] = {}
-    trajectories: dict[str, list[float]] = {}
-    searches: dict[str, dict[str, Any]] = {}
-    fits: dict[str, dict[str, Any]] = {}
-    for name in config["series"]:
+    out: dict[str, dict[str, Any]] = {}
+    for name, backbones in config["series"].items():
         series = named_series(name, length=config["length"], seed=seed)
-        for horizon in config["horizons"]:
-            splits = split_windows(series, lookback=int(config["lookback"]), horizon=horizon)
-            for backbone in config["backbones"]:
-                key = f"{name}/H{horizon}/{backbone}"
-                out = _one_config(splits, backbone, config, seed, series.periods)
-                per_config[key] = out["rows"]
-                trajectories[key] = out["trajectory"]
-                searches[key] = out["search"]
-                fits[f"{name}/H{horizon}"] = out["fit"]
-    methods = (*BASELINES, "norin", "norin-joint")
+        splits = split_windows(
+            series, lookback=int(config["lookback"]), horizon=int(config["horizon"])
+        )
+        for backbone in backbones:
+            key = f"{name}/{backbone}"
+            out[key] = _one_config(splits, backbone, config, seed, series.periods)
+            per_config[key] = out[key]["rows"]
     table: dict[str, dict[str, float]] = {}
-    for name in config["series"]:
-        keys = [k for k in per_config if k.split("/")[0] == name]
-        for m in methods:
-            table[f"{name}/{m}"] = {
-                metric: float(np.mean([per_config[k][m][metric] for k in keys]))
-                for metric in ("mse", "mae")
+    for name, backbones in config["series"].items():
+        keys = [f"{name}/{b}" for b in backbones]
+        for arm in ARMS:
+            table[f"{name}/{arm}"] = {
+                metric: float(np.mean([per_config[k][arm][metric] for k in keys]))
+                for metric in ("mse", "mae", "best_is_last")
             }
-        deltas = [searches[k]["delta"] for k in keys]
+        logs = {b: math.log10(out[f"{name}/{b}"]["search"]["delta"]) for b in backbones}
+        gap = abs(logs[backbones[0]] - logs[backbones[-1]]) if len(backbones) > 1 else 0.0
+        table[f"{name}/selected"] = {
+            "log10_delta": float(np.mean(list(logs.values()))),
+            "backbone_gap": gap,
+        }
+        table[f"{name}/placebo"] = {
+            "log10_delta": PRIOR_LOG10_DELTA,
+            "backbone_gap": PRIOR_LOG10_GAP,
+        }
         table[f"{name}/shape"] = {
-            "log10_delta_star": float(np.mean(np.log10(deltas))),
-            "below_linear": float(np.mean([d < DELTA_LINEAR for d in deltas])),
-            "log_delta_drift": float(
-                np.mean([math.log(trajectories[k][-1] / trajectories[k][0]) for k in keys])
+            "below_linear": float(np.mean([10**v < DELTA_LINEAR for v in logs.values()])),
+            "drift_fraction": float(
+                np.mean([per_config[k]["norin-joint"]["drift_fraction"] for k in keys])
             ),
+            "val_spread": float(np.mean([out[k]["val_spread"] for k in keys])),
+            "shape_matters": float(np.mean([out[k]["val_spread"] > _MATTERS for k in keys])),
         }
     return {
         "table": table,
         "per_config": per_config,
-        "delta_trajectory": trajectories,
-        "bo": searches,
-        "slifker_shapiro": fits,
+        "delta_trajectory": {k: v["trajectory"] for k, v in out.items()},
+        "bo": {k: v["search"] for k, v in out.items()},
+        "slifker_shapiro": {k: v["fit"] for k, v in out.items()},
+        "tuning": {f"{k}/{arm}": r for k, v in out.items() for arm, r in v["tuning"].items()},
         "delta_init": float(config["delta_init"]),
-        "paired": _paired(per_config),
         "seconds": time.perf_counter() - start,
     }
 
 
-def _paired(per_config: Mapping[str, Mapping[str, Mapping[str, float]]]) -> dict[str, float]:
-    """NoRIN vs RevIN paired by configuration: wins, sign fraction, Wilcoxon p-value."""
-    revin = np.array([rows["revin"]["mse"] for rows in per_config.values()])
-    norin = np.array([rows["norin"]["mse"] for rows in per_config.values()])
-    out = {"n": float(len(revin)), "wins": float((norin < revin).sum())}
-    out["sign_fraction"] = out["wins"] / max(len(revin), 1)
-    out["wilcoxon_p"] = math.nan
-    if len(revin) >= 6 and np.any(revin != norin):
-        from scipy.stats import wilcoxon
-
-        out["wilcoxon_p"] = float(wilcoxon(norin, revin, alternative="less").pvalue)
-    return out
-
-
-#: Mean of log10(delta) under the search's own prior, log-uniform on [0.3, 30]: the placebo
-#: a random pick from the search space gives (and P(delta < 10) = 0.76 under it).
-PRIOR_LOG10_DELTA = 0.5 * (math.log10(0.3) + math.log10(30.0))
-PRIOR_BELOW_LINEAR = math.log(DELTA_LINEAR / 0.3) / math.log(30.0 / 0.3)
-
-
 def _log_ratio(m: Mapping[str, Any], series: str, baseline: str) -> float:
     return math.log10(cell(m, f"{series}/norin", "mse") / cell(m, f"{series}/{baseline}", "mse"))
-
-
-def _vs_dish_san(m: Mapping[str, Any], series: str) -> float:
-    """log10 of NoRIN's MSE over the better of Dish-TS and SAN (negative: beats both)."""
-    best = min(cell(m, f"{series}/{b}", "mse") for b in ("dish-ts", "san"))
-    return math.log10(cell(m, f"{series}/norin", "mse") / best)
 
 
 def figure(measurements: Sequence[Mapping[str, Any]]) -> Any:
@@ -281,99 +310,139 @@ _MSE = Margin(
     math.log10(1.02),
     "normlab's choice: 2% lower test MSE, the size of gains forecasting papers report",
 )
+_DECADES = Margin(
+    0.1,
+    "normlab's choice: a sixth of the prior's spread of log10 delta (sd 0.58) is a visible shift",
+)
 
 
-def _mse_effects(series: str) -> list[Effect]:
-    out = [
-        Effect(
-            f"{series}_vs_{b}",
-            f"log10(NoRIN / {b} test MSE) on {series}, each with {b} selected from the same "
-            "number of validated runs",
-            lambda m, b=b: _log_ratio(m, series, b),
-            direction="less",
-            margin=_MSE,
-            baseline=b,
-            unit="log10 MSE",
-        )
-        for b in BASELINES
-    ]
-    return out
+def _far(name: str, description: str) -> Effect:
+    return Effect(
+        f"{name}_far_from_linear",
+        description,
+        lambda m: (
+            cell(m, f"{name}/placebo", "log10_delta") - cell(m, f"{name}/selected", "log10_delta")
+        ),
+        direction="greater",
+        margin=_DECADES,
+        baseline=f"{name}/placebo",
+        method=f"{name}/selected",
+        unit="decades",
+    )
 
 
-def _effects(series: Sequence[str]) -> tuple[Effect, ...]:
-    out: list[Effect] = []
-    for name in series:
-        if name != series[0]:
-            out.append(
-                Effect(
-                    f"{name}_beats_dish_san",
-                    f"log10(NoRIN MSE / the better of Dish-TS and SAN) on {name}",
-                    lambda m, name=name: _vs_dish_san(m, name),
-                    direction="less",
-                    margin=_MSE,
-                    baseline="better of Dish-TS / SAN",
-                    unit="log10 MSE",
-                )
-            )
-        out += _mse_effects(name)
-        out.append(
-            Effect(
-                f"{name}_far_from_linear",
-                f"mean log10(delta) under the search prior minus mean log10(delta*) selected "
-                f"on {name} (positive: the selection sits further from the linear limit than "
-                "a random pick from the search space)",
-                lambda m, name=name: (
-                    PRIOR_LOG10_DELTA - cell(m, f"{name}/shape", "log10_delta_star")
-                ),
-                direction="greater",
-                margin=Margin(
-                    0.1,
-                    "normlab's choice: a quarter of the prior's spread of "
-                    "log10 delta (sd 0.58) would be a visible shift",
-                ),
-                baseline="a random pick from the search prior (log-uniform [0.3, 30])",
-                unit="decades",
-            )
-        )
-        out.append(
-            Effect(
-                f"{name}_delta_drift",
-                f"joint gradient training of the shape on {name}: mean log(delta_T / delta_0)",
-                lambda m, name=name: cell(m, f"{name}/shape", "log_delta_drift"),
-                direction="greater",
-                margin=Margin(
-                    math.log(1.5),
-                    "normlab's choice: delta up by half toward the linear limit within the run",
-                ),
-                baseline="the initial delta = 1",
-            )
-        )
-    return tuple(out)
+def _versus(series: str, baseline: str) -> Effect:
+    return Effect(
+        f"{series}_vs_{baseline}",
+        f"log10(NoRIN / {baseline} test MSE) on {series}, mean over backbones, every arm's "
+        "lr tuned on the same grid",
+        lambda m: _log_ratio(m, series, baseline),
+        direction="less",
+        margin=_MSE,
+        baseline=f"{series}/{baseline}",
+        method=f"{series}/norin",
+        unit="log10 MSE",
+    )
 
 
-_SERIES = ("epf_prices", "heavy_tailed")
-_ALL = _effects(_SERIES)
+_EPF = "epf_prices"
+_PARTS = tuple(_versus(_EPF, b) for b in BASELINES)
 
 CLAIM = register_claim(
     Claim(
         id="norin",
         paper=paper("norin"),
         hypothesis=(
-            "NoRIN with its shape chosen outside gradient training (Slifker-Shapiro + BO) "
-            "beats Dish-TS and SAN (and RevIN, FAN) in test MSE; the selected delta* sits "
-            "further from the linear limit than chance; gradient training drifts toward it."
+            "NoRIN's shape chosen outside gradient training (Bayesian optimisation of the "
+            "validation MSE) lies further from the linear limit than a random pick from the "
+            "search space, and differs by backbone, on real electricity prices."
         ),
-        primary=Effect(
-            "beats_dish_san",
-            f"log10(NoRIN test MSE / the better of Dish-TS and SAN) on {_SERIES[0]}, "
-            "every method selected from the same number of validated runs",
-            lambda m: _vs_dish_san(m, _SERIES[0]),
-            direction="less",
-            margin=_MSE,
-            baseline="better of Dish-TS / SAN",
-            unit="log10 MSE",
+        primary=_far(
+            _EPF,
+            "log10 delta of a random pick from the search prior (log10 3) minus the mean "
+            "over the linear and MLP backbones of log10 delta* selected on EPF prices "
+            "(positive: further from the linear limit than chance)",
         ),
-        secondary=_ALL,
+        secondary=(
+            Effect(
+                f"{_EPF}_backbone_dependence",
+                "|log10 delta*_linear - log10 delta*_mlp| on EPF prices minus the placebo's "
+                "expected gap between two random picks (2/3 decade)",
+                lambda m: (
+                    cell(m, f"{_EPF}/selected", "backbone_gap")
+                    - cell(m, f"{_EPF}/placebo", "backbone_gap")
+                ),
+                direction="greater",
+                margin=_DECADES,
+                baseline=f"{_EPF}/placebo",
+                method=f"{_EPF}/selected",
+                unit="decades",
+            ),
+            _far(
+                "heavy_tailed",
+                "positive control, far from linear by construction (generated with delta = "
+                "0.6): log10 3 minus log10 delta* on the heavy-tailed series",
+            ),
+            Effect(
+                f"{_EPF}_delta_drift",
+                "joint gradient training of the shape on EPF prices: log(delta_T / delta_0) as "
+                "a fraction of lr x steps, the most Adam can move log delta in the run",
+                lambda m: cell(m, f"{_EPF}/shape", "drift_fraction"),
+                direction="greater",
+                margin=Margin(
+                    0.25,
+                    "normlab's choice: a quarter of the largest move the budget allows, toward "
+                    "the linear limit",
+                ),
+                method=f"{_EPF}/norin-joint",
+            ),
+            Effect(
+                f"{_EPF}_beats_every_baseline",
+                "log10(NoRIN / each of RevIN, Dish-TS, SAN test MSE) on EPF prices "
+                "(intersection-union)",
+                lambda m: max(p.fn(m) for p in _PARTS),  # display only: the parts are judged
+                direction="less",
+                margin=_MSE,
+                baseline=", ".join(f"{_EPF}/{b}" for b in BASELINES),
+                method=f"{_EPF}/norin",
+                unit="log10 MSE",
+                parts=_PARTS,
+            ),
+            _versus("heavy_tailed", "revin"),
+        ),
+        premises=(
+            Premise(
+                "shape_matters",
+                "share of EPF configurations (backbones) in which NoRIN's shape trials' "
+                "validation MSE differs by more than 2% (worst / best)",
+                lambda m: cell(m, f"{_EPF}/shape", "shape_matters"),
+                direction="greater",
+                margin=Margin(
+                    0.5,
+                    "normlab's choice: if in most configurations no shape moves the "
+                    "validation MSE by 2%, delta* is noise (a share, since one diverged trial "
+                    "makes the spread itself unbounded)",
+                ),
+                gates=(f"{_EPF}_far_from_linear", f"{_EPF}_backbone_dependence"),
+            ),
+        ),
+        preconditions=(
+            Precondition(
+                "trained_to_a_minimum",
+                "share of configurations whose best validation epoch was the last (RevIN, "
+                "EPF prices)",
+                lambda m: cell(m, f"{_EPF}/revin", "best_is_last"),
+                "<=",
+                0.5,
+                "normlab's choice: in most runs early stopping must have found a minimum "
+                "before the budget ran out",
+                gates=(f"{_EPF}_beats_every_baseline",),
+            ),
+        ),
+        free_settings=(
+            FreeSetting("epochs", 6, 24, "normlab's choice: the training budget at quick"),
+            FreeSetting("trials", 2, 8, "normlab's choice: the shape search's trial count"),
+        ),
         headline=(
             "90 configurations (6 backbones x 5 datasets x 3 horizons): (delta*, epsilon*) far "
             "from the linear limit and backbone-dependent; NoRIN beats RevIN, SAN, Dish-TS in "
@@ -382,19 +451,21 @@ CLAIM = register_claim(
         configs=CONFIGS,
         run=run,
         setup=(
-            "L=96, H=96 (quick); Linear backbone; EPF FR/BE prices and a heavy-tailed "
-            "synthetic series (first 4,000 steps); NoRIN: Slifker-Shapiro init + Optuna TPE "
-            "over (delta, epsilon); each baseline selected by validation MSE from as many "
-            "learning-rate trials as NoRIN's shape trials."
+            "L=96, H=96; EPF FR/BE prices (linear and MLP backbones) and a heavy-tailed "
+            "synthetic control (linear), first 4,000 steps at quick; RevIN, Dish-TS, SAN, "
+            "NoRIN and joint NoRIN each with Adam lr tuned over {1e-3, 3e-3, 1e-2} (+1 edge "
+            "step) on validation MSE, up to 12 epochs of 20 batches with early stopping; "
+            "NoRIN's shape by Optuna TPE (4 trials at quick) at its chosen lr, started at "
+            "the neutral delta = 3 where the windows are not S_U (EPF: S_B)."
         ),
-        scale_note="quick runs one backbone and two series; full runs four backbones, four "
-        "horizons and real vic_elec.",
+        scale_note="quick runs two backbones on EPF and one on the control; FAN is not run "
+        "(the abstract names RevIN, SAN and Dish-TS); full adds vic_elec and 25 trials.",
         figure=figure,
         caption=(
             "Left: delta during joint gradient training, one line per configuration; rising "
             "lines are the degeneration toward the linear limit. Right: BO trials' validation "
             "MSE against delta (stars: selected); the dashed line is delta = 10."
         ),
-        version=2,
+        version=3,
     )
 )

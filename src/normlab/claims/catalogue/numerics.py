@@ -6,13 +6,18 @@ residual-projection weights preserves the propagation of the relative rounding e
 it forces a qualitative transition in the dynamics of the residual stream. It also compares
 LayerNorm and RMSNorm in the massive-outlier regime and softmax with attention sinks.
 
-Headline (primary): a GPT-2-style TinyGPT (pre-LN, GPT-2 initialisation, random weights per
-seed) is run in bfloat16 and in float64 with every residual projection (attention output
-and MLP down projection) multiplied by ``s``; the relative error of the final residual
-state ``||h_bf16 - h_64|| / ||h_64||`` at ``s = mild_scale`` is compared with the unscaled
-model's as ``log10(err_s / err_1)``. Preconditions: the mild scaling leaves the residual
-stream's growth regime in place (growth ``||h_L|| / ||h_0||`` changes less than 10x), the
-large scaling does change it (at least 10x), which the secondary "transition" effect needs.
+Headline (primary): a *trained* pre-LN TinyGPT (the byte-level model kappa-attention and
+guaranteed-approx share through the model cache, one per seed) is run in bfloat16 and in
+float64 on validation windows with every residual projection (attention output and MLP down
+projection) multiplied by ``s``; the relative error of the final residual state
+``||h_bf16 - h_64|| / ||h_64||`` at ``s = mild_scale`` is compared with the unscaled model's
+as ``log10(err_s / err_1)``. Preconditions: the mild scaling leaves the residual stream's
+growth regime in place (growth ``||h_L|| / ||h_0||`` changes less than 10x), the large
+scaling does change it (at least 10x), which the secondary "transition" effect needs.
+
+Premise (positive control): the same measurement registers a change it must see, the
+unscaled model's error in bfloat16 against float16 (7 against 10 mantissa bits: about 8x,
+at least the 2x margin); without it a flat primary would say nothing.
 
 Secondaries: the bf16 LayerNorm/RMSNorm error ratio at the largest planted outlier, the
 Spearman correlation of normlab's first-order bound with the measured norm error, and of
@@ -32,17 +37,23 @@ from typing import Any
 import numpy as np
 import torch
 
+from normlab.claims.catalogue._lm_settings import HELD_OUT, lm_train_config
 from normlab.claims.common import cell, seed_everything, spearman
 from normlab.claims.core import (
     Check,
     CheckOutcome,
     Claim,
     Effect,
+    FreeSetting,
     Margin,
     Precondition,
+    Premise,
+    difference,
     register_claim,
 )
+from normlab.data.corpus import corpus, sample_batch
 from normlab.models.gpt import GPTConfig, TinyGPT
+from normlab.models.lm import train_lm
 from normlab.papers import paper
 from normlab.probes.numerics import outlier_sweep, sink_sweep
 
@@ -112,18 +123,30 @@ def _tracking(records: Sequence[Mapping[str, Any]]) -> float:
     return float(np.mean(rhos)) if rhos else math.nan
 
 
+def trained_model(config: Mapping[str, Any], seed: int) -> tuple[TinyGPT, dict]:
+    """The trained pre-LN TinyGPT of ``config["gpt"]`` (shared with kappa-attention's lr
+    trial and guaranteed-approx through the model cache)."""
+    gpt = GPTConfig(norm="layernorm", score="softmax", **config["gpt"])
+    return train_lm(gpt, lm_train_config(config), seed)
+
+
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Residual-scaling errors of a GPT-2-style model, norm sweeps and the softmax sweep."""
+    """Residual-scaling errors of a trained TinyGPT, norm sweeps and the softmax sweep."""
     seed_everything(seed)
     table: dict[str, dict[str, float]] = {}
-    gpt = TinyGPT(GPTConfig(**config["gpt"]))
-    gen = torch.Generator().manual_seed(seed)
-    idx = torch.randint(0, gpt.config.vocab, (config["batch"], gpt.config.context), generator=gen)
+    gpt, log = trained_model(config, seed)
+    gen = torch.Generator().manual_seed(HELD_OUT + seed)
+    idx, _ = sample_batch(corpus("val"), config["probe_batch"], gpt.config.context, gen)
     curves: dict[str, Any] = {}
-    for s in sorted({1.0, *config["scales"]}):
+    mild, large = float(config["mild_scale"]), float(config["large_scale"])
+    for s in sorted({1.0, mild, large, *config["scales"]}):
         rec = residual_scaling_errors(gpt, idx, s)
         curves[f"{s:g}"] = rec
         table[f"gpt-s{s:g}"] = {"rel_err_final": rec["errors"][-1], "growth": rec["growth"]}
+    table["gpt-mild"] = dict(table[f"gpt-s{mild:g}"])
+    table["gpt-large"] = dict(table[f"gpt-s{large:g}"])
+    control = residual_scaling_errors(gpt, idx, 1.0, torch.float16)
+    table["gpt-s1-fp16"] = {"rel_err_final": control["errors"][-1], "growth": control["growth"]}
 
     outliers = list(config["outliers"])
     norms = []
@@ -151,22 +174,17 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
             [r["kappa"] for r in shifted], [r["error"] for r in shifted]
         ),
     }
-    return {
+    out = {
         "table": table,
         "scaling": curves,
         "norm_sweep": norm_records,
         "softmax_sweep": soft_records,
     }
+    return {**out, "model_diverged": log["diverged"]} if log.get("diverged") else out
 
 
-def _log_err_ratio(m: Mapping[str, Any], scale: float) -> float:
-    return math.log10(
-        cell(m, f"gpt-s{scale:g}", "rel_err_final") / cell(m, "gpt-s1", "rel_err_final")
-    )
-
-
-def _log_growth_ratio(m: Mapping[str, Any], scale: float) -> float:
-    return math.log10(cell(m, f"gpt-s{scale:g}", "growth") / cell(m, "gpt-s1", "growth"))
+def _log_growth_ratio(m: Mapping[str, Any], row: str) -> float:
+    return math.log10(cell(m, row, "growth") / cell(m, "gpt-s1", "growth"))
 
 
 def _check_bounds(config: Mapping[str, Any]) -> CheckOutcome:
@@ -241,9 +259,10 @@ def _figure(measurements: Sequence[dict[str, Any]]):
 
 _OUTLIERS = [1.0, 10.0, 100.0, 1000.0, 10000.0]
 _SINKS = [0.0, 2.0, 5.0, 10.0, 20.0, 40.0, 80.0]
-_GPT = {"d_model": 64, "n_layers": 6, "n_heads": 4, "context": 64}
+_GPT = {"d_model": 64, "n_layers": 2, "n_heads": 4, "context": 64}  # QUICK_GPT
 _SCALES = [0.25, 0.5, 2.0, 4.0, 16.0, 64.0]
 MILD, LARGE = 2.0, 64.0
+_UNSCALED = "unscaled model (s = 1)"
 
 _ratio_margin = Margin(
     math.log10(2.0),
@@ -260,34 +279,40 @@ CLAIM = register_claim(
             "relative rounding error of the residual stream (unless it changes the stream's "
             "dynamics); normlab's first-order norm bounds hold and order the errors."
         ),
-        primary=Effect(
+        primary=difference(
             "scaling_preserves_error",
-            f"log10(bf16 relative error of the final residual state with residual projections "
-            f"x{MILD:g} / unscaled)",
-            lambda m: _log_err_ratio(m, MILD),
+            "log10(bf16 relative error of the final residual state with residual projections "
+            "x mild_scale / unscaled), trained model",
+            "gpt-mild",
+            "gpt-s1",
+            "rel_err_final",
             direction="no_greater",
             margin=_ratio_margin,
-            baseline="unscaled model (s = 1)",
             unit="log10",
+            log10=True,
         ),
         secondary=(
-            Effect(
+            difference(
                 "scaling_not_reduced",
-                f"the same log10 ratio at x{MILD:g}, judged from below (no smaller than 1/2)",
-                lambda m: _log_err_ratio(m, MILD),
+                "the same log10 ratio at x mild_scale, judged from below (no smaller than 1/2)",
+                "gpt-mild",
+                "gpt-s1",
+                "rel_err_final",
                 direction="no_less",
                 margin=_ratio_margin,
-                baseline="unscaled model (s = 1)",
                 unit="log10",
+                log10=True,
             ),
-            Effect(
+            difference(
                 "transition_changes_error",
-                f"log10 error ratio at x{LARGE:g}, where the stream's growth regime changes",
-                lambda m: _log_err_ratio(m, LARGE),
+                "log10 error ratio at x large_scale, where the stream's growth regime changes",
+                "gpt-large",
+                "gpt-s1",
+                "rel_err_final",
                 direction="greater",
                 margin=_ratio_margin,
-                baseline="unscaled model (s = 1)",
                 unit="log10",
+                log10=True,
             ),
             Effect(
                 "rmsnorm_more_stable",
@@ -326,11 +351,39 @@ CLAIM = register_claim(
                 margin=Margin(0.5, "normlab's choice: as above"),
             ),
         ),
+        premises=(
+            Premise(
+                "control_detects_precision",
+                "positive control: log10(bf16 / fp16 relative error of the final residual "
+                "state), unscaled trained model (the measurement must see a known change)",
+                lambda m: math.log10(
+                    cell(m, "gpt-s1", "rel_err_final") / cell(m, "gpt-s1-fp16", "rel_err_final")
+                ),
+                direction="greater",
+                margin=_ratio_margin,
+                unit="log10",
+                gates=(
+                    "scaling_preserves_error",
+                    "scaling_not_reduced",
+                    "transition_changes_error",
+                ),
+            ),
+        ),
+        untuned="nothing is compared across training runs: one trained model per seed is "
+        "probed in two precisions",
+        free_settings=(
+            FreeSetting(
+                "mild_scale",
+                1.5,
+                4.0,
+                "normlab's choice: a mild scaling that leaves the stream's regime in place",
+            ),
+        ),
         preconditions=(
             Precondition(
                 "mild_scaling_keeps_dynamics",
-                f"log10 growth ratio of the residual stream at x{MILD:g} vs unscaled",
-                lambda m: _log_growth_ratio(m, MILD),
+                "log10 growth ratio of the residual stream at x mild_scale vs unscaled",
+                lambda m: _log_growth_ratio(m, "gpt-mild"),
                 "<=",
                 1.0,
                 "normlab's choice: a 10x change in stream growth is a different regime",
@@ -338,8 +391,8 @@ CLAIM = register_claim(
             ),
             Precondition(
                 "large_scaling_changes_dynamics",
-                f"log10 growth ratio of the residual stream at x{LARGE:g} vs unscaled",
-                lambda m: _log_growth_ratio(m, LARGE),
+                "log10 growth ratio of the residual stream at x large_scale vs unscaled",
+                lambda m: _log_growth_ratio(m, "gpt-large"),
                 ">=",
                 1.0,
                 "normlab's choice: a 10x change in stream growth is a different regime",
@@ -364,12 +417,14 @@ CLAIM = register_claim(
         "rounding-error propagation unless the residual stream's dynamics change (no number "
         "in the abstract).",
         setup=(
-            "TinyGPT (d 64, 6 pre-LN blocks, GPT-2 init, random weights, random byte tokens) in "
-            "bf16 vs fp64 with residual projections scaled by s in 0.25..64; LayerNorm/RMSNorm "
+            "Trained byte-level pre-LN TinyGPT (the kappa-attention / guaranteed-approx model) "
+            "on validation windows in bf16 vs fp64 with residual projections scaled by s in "
+            "0.25..64, and in fp16 at s = 1 (positive control); LayerNorm/RMSNorm "
             "on N(0,1) rows with one planted outlier 1..1e4 in fp16/bf16; softmax with a sink "
             "logit 0..80, shifted vs unshifted."
         ),
-        scale_note="random (untrained) weights; the paper uses pretrained GPT-2.",
+        scale_note="a 2-block byte-level TinyGPT trained 400 steps (quick); the paper uses "
+        "pretrained GPT-2.",
         configs={
             "smoke": {
                 "seeds": 1,
@@ -379,8 +434,13 @@ CLAIM = register_claim(
                 "outliers": _OUTLIERS[::2],
                 "sinks": _SINKS[::2],
                 "scales": [MILD, LARGE],
-                "batch": 2,
-                "gpt": {**_GPT, "n_layers": 2, "context": 16},
+                "mild_scale": MILD,
+                "large_scale": LARGE,
+                "probe_batch": 2,
+                "gpt": {"d_model": 32, "n_layers": 1, "n_heads": 2, "context": 32},
+                "steps": 6,
+                "batch": 4,
+                "lr": 3e-3,
             },
             "quick": {
                 "seeds": 5,
@@ -390,8 +450,13 @@ CLAIM = register_claim(
                 "outliers": _OUTLIERS,
                 "sinks": _SINKS,
                 "scales": _SCALES,
-                "batch": 8,
+                "mild_scale": MILD,
+                "large_scale": LARGE,
+                "probe_batch": 8,
                 "gpt": _GPT,
+                "steps": 400,
+                "batch": 16,
+                "lr": 3e-3,
             },
             "full": {
                 "seeds": 10,
@@ -401,8 +466,13 @@ CLAIM = register_claim(
                 "outliers": [1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 1e4],
                 "sinks": [0.0, 1.0, 2.0, 5.0, 8.0, 10.0, 12.0, 20.0, 40.0, 80.0],
                 "scales": _SCALES,
-                "batch": 16,
-                "gpt": {**_GPT, "d_model": 128, "n_layers": 12, "context": 128},
+                "mild_scale": MILD,
+                "large_scale": LARGE,
+                "probe_batch": 16,
+                "gpt": {"d_model": 128, "n_layers": 4, "n_heads": 4, "context": 128},
+                "steps": 1500,
+                "batch": 32,
+                "lr": 2e-3,
             },
         },
         run=run,
@@ -412,6 +482,6 @@ CLAIM = register_claim(
             "curves nearly coincide if scaling preserves error propagation. Right: stream "
             "growth (blue, left axis) rises with s while the final error (red) stays flat."
         ),
-        version=2,
+        version=3,
     )
 )

@@ -10,9 +10,18 @@ transfers best from the training resolution to finer ones. Two measurements here
     for scale (~4). Deterministic given the seed.
 (b) A small neural operator (cosine spectral layers, a norm after each; every other part of
     the network is resolution-consistent) trained on Darcy flow at 33^2 points (32
-    intervals) and tested on the same kind of data at 33^2, 65^2 (and 129^2 at full scale),
-    with InstanceNorm, a LayerNorm over (channels, grid), QuadNorm and BlendQuadNorm.
-    Error growth from the training resolution to the finest is compared.
+    intervals) and tested on the same kind of data at 33^2, 65^2 and 129^2 (the paper goes
+    64^2 -> 256^2), with InstanceNorm, a LayerNorm over (channels, grid) and QuadNorm.
+    BlendQuadNorm (the paper's own trapezoid blend) is not a baseline here. Training and
+    validation problems are solved on a 65^2 grid, test problems (independent draws) on a
+    129^2 grid, both subsampled (normlab's choice, for time: the two solutions of one
+    problem differ by the O(h^2) discretisation error, far below the test errors).
+
+Primary: QuadNorm beats every baseline at the finest test resolution, an intersection-union
+test over InstanceNorm and LayerNorm (log10 error ratios). Each arm's Adam lr is tuned per
+seed over the same grid on a validation split at the training resolution (what a
+practitioner has). Premise: the baseline InstanceNorm does degrade from the training
+resolution to the finest (otherwise there is nothing for quadrature to fix).
 """
 
 from __future__ import annotations
@@ -26,7 +35,18 @@ import torch
 
 from normlab import functional as NF
 from normlab.claims.common import cell, loglog_slope, seed_everything
-from normlab.claims.core import Check, CheckOutcome, Claim, Effect, Margin, register_claim
+from normlab.claims.core import (
+    Check,
+    CheckOutcome,
+    Claim,
+    Effect,
+    FreeSetting,
+    Margin,
+    Premise,
+    register_claim,
+)
+from normlab.claims.protocol import diverged as diverged_record
+from normlab.claims.protocol import tune_arms
 from normlab.data.darcy import darcy_dataset
 from normlab.models.operator import operator_net
 from normlab.papers import paper
@@ -38,7 +58,6 @@ NORMS: dict[str, tuple[str, dict[str, Any]]] = {
     "instancenorm": ("quadnorm", {"rule": "uniform"}),
     "layernorm": ("quadnorm", {"rule": "uniform", "alpha": 0.0}),
     "quadnorm": ("quadnorm", {"rule": "trapezoid"}),
-    "blendquadnorm": ("blendquadnorm", {"rule": "trapezoid"}),
 }
 RULES = ("uniform", "trapezoid", "simpson")
 
@@ -109,6 +128,7 @@ def _train_operator(
     train: tuple[torch.Tensor, torch.Tensor],
     config: Mapping[str, Any],
     seed: int,
+    lr: float,
 ) -> tuple[torch.nn.Module, list[float]]:
     torch.manual_seed(seed)
     model = operator_net(
@@ -121,8 +141,8 @@ def _train_operator(
     x, y = train
     batch, n = config["batch"], len(x)
     steps = config["epochs"] * (n // batch)
-    opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=config["lr"], total_steps=steps)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
     g = torch.Generator().manual_seed(seed)
     losses = []
     for _ in range(config["epochs"]):
@@ -147,27 +167,43 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     table: dict[str, dict[str, float]] = {}
     curves: dict[str, Any] = {"moments": moment_mismatch_slopes(seed, config["moment_sizes"])}
 
-    n_train, n_test = config["n_train"], config["n_test"]
-    data = darcy_dataset(n_train + n_test, config["fine"], seed=seed)
+    n_train, n_val = config["n_train"], config["n_val"]
+    data = darcy_dataset(n_train + n_val, config["train_fine"], seed=seed)
+    test_data = darcy_dataset(config["n_test"], config["fine"], seed=seed + 100_000)
     scale = 1.0 / float(np.sqrt(np.mean(data.u[:n_train] ** 2)))
     a_tr, u_tr = data.at(config["train_res"])
     train = _tensors(a_tr[:n_train], u_tr[:n_train], scale)
-    tests = {r: _tensors(*(v[n_train:] for v in data.at(r)), scale) for r in config["test_res"]}
+    val = _tensors(a_tr[n_train:], u_tr[n_train:], scale)
+    tests = {r: _tensors(*test_data.at(r), scale) for r in config["test_res"]}
     first, last = config["test_res"][0], config["test_res"][-1]
-    curves["operator"] = {}
-    for name in config["methods"]:
-        norm, kwargs = NORMS[name]
-        model, losses = _train_operator(norm, kwargs, train, config, seed)
+
+    def evaluate(name: str, params: dict[str, Any]) -> tuple[float, Any]:
+        model, losses = _train_operator(*NORMS[name], train, config, seed, params["lr"])
         model.eval()
+        with torch.no_grad():
+            val_err = float(relative_l2(model(val[0]), val[1]).mean())
+        if not math.isfinite(losses[-1]):
+            return math.inf, (model, losses)
+        return val_err, (model, losses)
+
+    tuned, records = tune_arms(config, evaluate)
+    curves["operator"] = {}
+    diverged = {}
+    for name, t in tuned.items():
+        model, losses = t.result
+        if not math.isfinite(t.val):  # every lr diverged: the arm counts as predicting 0
+            diverged[name] = diverged_record(len(losses), losses[-1])
         with torch.no_grad():
             errors = {r: float(relative_l2(model(x), y).mean()) for r, (x, y) in tests.items()}
         table[name] = {
             **{f"rel_err_{r}": e for r, e in errors.items()},
             "growth": errors[last] / errors[first] - 1.0,
             "final_train_loss": losses[-1],
+            "val_err": t.val,
+            "lr": t.chosen["lr"],
         }
         curves["operator"][name] = {"resolution": list(errors), "rel_err": list(errors.values())}
-    return {"table": table, "curves": curves}
+    return {"table": table, "curves": curves, "tuning": records, "diverged": diverged}
 
 
 def _figure(measurements: Sequence[dict[str, Any]]):
@@ -201,7 +237,7 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     return fig
 
 
-BASELINES = ("instancenorm", "layernorm", "blendquadnorm")
+BASELINES = ("instancenorm", "layernorm")
 _RATIO = Margin(
     math.log10(1.05),
     "normlab's choice: 5% lower relative L2 error is the smallest gain a practitioner would "
@@ -218,16 +254,39 @@ def _log_ratio(m: Mapping[str, Any], res: int, baseline: str) -> float:
     return math.log10(cell(m, "quadnorm", f"rel_err_{res}") / cell(m, baseline, f"rel_err_{res}"))
 
 
-def _vs_best(m: Mapping[str, Any], res: int) -> float:
-    best = min(cell(m, b, f"rel_err_{res}") for b in BASELINES)
-    return math.log10(cell(m, "quadnorm", f"rel_err_{res}") / best)
+#: A diverged arm's relative L2 error: that of predicting 0 everywhere.
+_DIVERGED = {f"rel_err_{r}": 1.0 for r in (9, 17, 33, 65, 129)}
 
 
-def _worst_target(m: Mapping[str, Any]) -> float:
-    """The largest over target resolutions (finer than training) of the log ratio to the
-    best baseline: below 0 iff QuadNorm is best at every target resolution."""
-    targets = _resolutions(m)[1:]
-    return max(_vs_best(m, r) for r in targets)
+def _versus(baseline: str, where: str, pick: int) -> Effect:
+    return Effect(
+        f"vs_{baseline}_{where}",
+        f"log10(QuadNorm / {baseline} relative L2 test error) at the "
+        f"{'finest test' if pick else 'training'} resolution",
+        lambda m: _log_ratio(m, _resolutions(m)[pick], baseline),
+        direction="less",
+        margin=_RATIO,
+        baseline=baseline,
+        method="quadnorm",
+        unit="log10",
+        if_diverged=_DIVERGED,
+    )
+
+
+def _every(name: str, description: str, pick: int, where: str) -> Effect:
+    parts = tuple(_versus(b, where, pick) for b in BASELINES)
+    return Effect(
+        name,
+        description,
+        lambda m: max(p.fn(m) for p in parts),  # display only: the parts are judged
+        direction="less",
+        margin=_RATIO,
+        baseline=" and ".join(BASELINES),
+        method="quadnorm",
+        unit="log10",
+        parts=parts,
+        if_diverged=_DIVERGED,
+    )
 
 
 def _slope_check(rule: str, low: float, high: float) -> Check:
@@ -250,32 +309,18 @@ def _slope_check(rule: str, low: float, high: float) -> Check:
 
 def _secondary() -> tuple[Effect, ...]:
     out = [
-        Effect(
-            "best_at_every_target",
-            "the largest, over target resolutions finer than training, of log10(QuadNorm "
-            "error / best baseline's error): negative iff QuadNorm is best at every target",
-            _worst_target,
-            direction="less",
-            margin=_RATIO,
-            baseline="best of InstanceNorm / LayerNorm / BlendQuadNorm",
-            unit="log10",
-        )
-    ]
-    for where, pick in (("finest", -1), ("train_res", 0)):
-        for b in BASELINES:
-            out.append(
-                Effect(
-                    f"vs_{b}_{where}",
-                    f"log10(QuadNorm / {b} relative L2 test error) at the "
-                    f"{'finest test' if pick else 'training'} resolution",
-                    lambda m, b=b, pick=pick: _log_ratio(m, _resolutions(m)[pick], b),
-                    direction="less",
-                    margin=_RATIO,
-                    baseline=b,
-                    unit="log10",
-                )
-            )
-    out.append(
+        _every(
+            "beats_every_baseline_65",
+            "QuadNorm against InstanceNorm and LayerNorm at 65^2 (intersection-union)",
+            1,
+            "65",
+        ),
+        _every(
+            "beats_every_baseline_train_res",
+            "QuadNorm against InstanceNorm and LayerNorm at the training resolution",
+            0,
+            "train_res",
+        ),
         Effect(
             "error_growth_vs_instancenorm",
             "QuadNorm's relative test-error growth from the training resolution to the finest "
@@ -284,35 +329,52 @@ def _secondary() -> tuple[Effect, ...]:
             direction="less",
             margin=Margin(0.05, "normlab's choice: 5 points of relative error growth"),
             baseline="instancenorm",
-        )
-    )
+            method="quadnorm",
+        ),
+    ]
     return tuple(out)
 
 
 _SIZES = [16, 32, 64, 128, 256]
-_NET = {"width": 16, "modes": 12, "layers": 4, "batch": 10, "lr": 3e-3, "train_res": 33}
-_METHODS = ["instancenorm", "layernorm", "quadnorm", "blendquadnorm"]
+_NET = {"width": 16, "modes": 12, "layers": 4, "batch": 10, "train_res": 33}
+_SEARCH = {"arms": list(NORMS), "space": {"lr": [3e-3, 1e-2, 3e-2]}}
 
 CLAIM = register_claim(
     Claim(
         id="quadnorm",
         paper=paper("quadnorm"),
         hypothesis=(
-            "A neural operator with QuadNorm has the lowest test error at every target "
-            "resolution finer than its training resolution, against InstanceNorm, LayerNorm "
-            "and BlendQuadNorm; quadrature moments are O(h^2)-consistent."
+            "A neural operator trained at 33^2 with QuadNorm has a lower test error at the "
+            "finest resolution (129^2) than with InstanceNorm and than with LayerNorm; "
+            "quadrature moments are O(h^2)-consistent."
         ),
-        primary=Effect(
-            "best_at_finest",
-            "log10(QuadNorm relative L2 test error / the best baseline's) at the finest test "
-            "resolution",
-            lambda m: _vs_best(m, _resolutions(m)[-1]),
-            direction="less",
-            margin=_RATIO,
-            baseline="best of InstanceNorm / LayerNorm / BlendQuadNorm",
-            unit="log10",
+        primary=_every(
+            "beats_every_baseline_finest",
+            "log10(QuadNorm relative L2 test error / each baseline's) at the finest test "
+            "resolution, against InstanceNorm and LayerNorm (intersection-union)",
+            -1,
+            "finest",
         ),
         secondary=_secondary(),
+        premises=(
+            Premise(
+                "baseline_degrades_across_resolution",
+                "log10(InstanceNorm's test error at the finest resolution / at the training "
+                "resolution)",
+                lambda m: math.log10(
+                    cell(m, "instancenorm", f"rel_err_{_resolutions(m)[-1]}")
+                    / cell(m, "instancenorm", f"rel_err_{_resolutions(m)[0]}")
+                ),
+                direction="greater",
+                margin=Margin(
+                    math.log10(1.05), "normlab's choice: as for the effect, 5% more error"
+                ),
+                unit="log10",
+            ),
+        ),
+        free_settings=(
+            FreeSetting("epochs", 4, 16, "normlab's choice: the training budget at quick"),
+        ),
         checks=(
             _slope_check("trapezoid", 1.8, 2.2),
             _slope_check("uniform", 0.8, 1.2),
@@ -323,17 +385,23 @@ CLAIM = register_claim(
         ),
         setup=(
             "4-layer cosine-spectral neural operator (width 16, 12 modes, a norm after each "
-            "layer) trained on Darcy flow (GRF alpha=2, tau=3, a in {12, 3}, 5-point FD on "
-            "the finest grid, subsampled) at 33^2, tested at 33^2 and 65^2; moment slopes of "
-            "8 random smooth non-periodic fields on N = 16..256 grids as checks."
+            "layer) trained on Darcy flow (GRF alpha=2, tau=3, a in {12, 3}, 5-point FD, "
+            "subsampled) at 33^2, tested at 33^2, 65^2 and 129^2; Adam + one-cycle, lr tuned "
+            "per arm over {3e-3, 1e-2, 3e-2} (+1 edge step) on 20 validation problems at "
+            "33^2; moment slopes of 8 random smooth non-periodic fields on N = 16..256 grids "
+            "as checks."
         ),
-        scale_note="quick tests at 65^2 only (full adds 129^2); the paper goes to 256^2.",
+        scale_note="quick and full test up to 129^2 (the paper goes to 256^2); 120 training "
+        "problems and 8 epochs at quick.",
         configs={
             "smoke": {
                 "seeds": 1,
                 **_NET,
                 "moment_sizes": [8, 16, 32],
                 "fine": 17,
+                "train_fine": 17,
+                "n_val": 4,
+                "search": {**_SEARCH, "space": {"lr": [3e-3]}, "extend": 0},
                 "train_res": 9,
                 "test_res": [9, 17],
                 "n_train": 20,
@@ -343,31 +411,34 @@ CLAIM = register_claim(
                 "modes": 4,
                 "layers": 2,
                 "batch": 5,
-                "methods": _METHODS,
             },
             "quick": {
-                "seeds": 5,
+                "seeds": 6,
                 **_NET,
                 "moment_sizes": _SIZES,
-                "fine": 65,
-                "test_res": [33, 65],
+                "fine": 129,
+                "train_fine": 65,
+                "test_res": [33, 65, 129],
                 "n_train": 120,
-                "n_test": 40,
+                "n_val": 20,
+                "n_test": 20,
                 "epochs": 8,
                 "width": 12,
                 "modes": 8,
-                "methods": _METHODS,
+                "search": _SEARCH,
             },
             "full": {
                 "seeds": 10,
                 **_NET,
                 "moment_sizes": _SIZES,
                 "fine": 129,
+                "train_fine": 129,
                 "test_res": [33, 65, 129],
                 "n_train": 1000,
+                "n_val": 100,
                 "n_test": 200,
                 "epochs": 30,
-                "methods": _METHODS,
+                "search": _SEARCH,
             },
         },
         run=run,
@@ -378,6 +449,6 @@ CLAIM = register_claim(
             "against test resolution, one colour per norm; QuadNorm should be lowest at the "
             "finer resolutions."
         ),
-        version=2,
+        version=3,
     )
 )

@@ -6,7 +6,14 @@ Jensen's inequality that this simplifies to DINO's batch centering. Here a DINO-
 student/teacher pair (:mod:`normlab.models.clustering`) clusters a Gaussian mixture with
 known labels, with the teacher's assignment left alone, centered (EMA center) or divided
 by the batch prior; each arm is scored on held-out points by the effective number of
-clusters its teacher uses (hard assignments) and by NMI with the true labels.
+clusters its teacher uses (hard assignments) and by NMI with the true labels. Each arm's
+Adam learning rate is tuned (the protocol: same grid) on a validation split's NMI.
+
+At this scale the unnormalised teacher does not collapse onto one cluster (it keeps ~5 of
+8 even after 1,000 steps): the hypothesis is normlab's restatement, fewer clusters in use
+without normalisation (a partial collapse, the premise), more with either normalisation
+(the primary: an intersection-union test against no normalisation for both); full
+collapse (the paper's reading) is a secondary reported with its sign.
 """
 
 from __future__ import annotations
@@ -17,7 +24,18 @@ from typing import Any
 import torch
 
 from normlab.claims.common import cell, seed_everything
-from normlab.claims.core import Check, CheckOutcome, Claim, Effect, Margin, register_claim
+from normlab.claims.core import (
+    Check,
+    CheckOutcome,
+    Claim,
+    Effect,
+    FreeSetting,
+    Margin,
+    Premise,
+    difference,
+    register_claim,
+)
+from normlab.claims.protocol import tune_arms
 from normlab.models.clustering import gaussian_mixture, self_distill
 from normlab.papers import paper
 from normlab.ssl import center_update, centered_teacher, cluster_usage, prior_normalize
@@ -45,38 +63,47 @@ def nmi(labels: torch.Tensor, assigned: torch.Tensor) -> float:
     return mi / denom if denom > 0 else 1.0
 
 
+def _score(teacher: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    with torch.no_grad():
+        p = torch.softmax(teacher(x), -1)
+    u = cluster_usage(p, hard=True)
+    row = {"effective_clusters": u.effective_clusters, "usage_entropy": u.entropy}
+    return {**row, "nmi": nmi(y, p.argmax(-1)), "prior": list(u.prior)}
+
+
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Effective clusters and NMI of the teacher for no / EMA-centering / prior normalization."""
+    """Effective clusters and NMI of the teacher for no / EMA-centering / prior normalization,
+    each arm's lr selected on the validation split's NMI."""
     seed_everything(seed)
-    k, n_train = config["clusters"], config["train_points"]
+    k, n_train, n_val = config["clusters"], config["train_points"], config["val_points"]
     x, y = gaussian_mixture(
-        n_train + config["test_points"],
+        n_train + n_val + config["test_points"],
         clusters=k,
         dim=config["dim"],
         separation=config["separation"],
         seed=seed,
     )
-    table, usage = {}, {}
-    for arm in ARMS:
+    val, test = slice(n_train, n_train + n_val), slice(n_train + n_val, None)
+
+    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, torch.nn.Module]:
         teacher = self_distill(
             x[:n_train],
             clusters=k,
             mode=arm,
             steps=config["steps"],
             batch=config["batch"],
-            lr=config["lr"],
+            lr=params["lr"],
             seed=seed,
         )
-        with torch.no_grad():
-            p = torch.softmax(teacher(x[n_train:]), -1)
-        u = cluster_usage(p, hard=True)
-        table[arm] = {
-            "effective_clusters": u.effective_clusters,
-            "usage_entropy": u.entropy,
-            "nmi": nmi(y[n_train:], p.argmax(-1)),
-        }
-        usage[arm] = list(u.prior)
-    return {"table": table, "usage": usage, "clusters": k}
+        return -_score(teacher, x[val], y[val])["nmi"], teacher
+
+    tuned, records = tune_arms(config, evaluate)
+    table, usage = {}, {}
+    for arm, t in tuned.items():
+        row = _score(t.result, x[test], y[test])
+        usage[arm] = row.pop("prior")
+        table[arm] = {**row, "lr": float(t.chosen["lr"])}
+    return {"table": table, "usage": usage, "clusters": k, "tuning": records}
 
 
 def _check_formulas(config: Mapping[str, Any]) -> CheckOutcome:
@@ -128,57 +155,97 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     return fig
 
 
-def _min_normalized(m: Mapping[str, Any]) -> float:
-    return min(cell(m, "center", "effective_clusters"), cell(m, "prior", "effective_clusters"))
-
-
-_COMMON = {"dim": 16, "separation": 3.0, "lr": 1e-3, "batch": 128}
+_COMMON = {"dim": 16, "separation": 3.0, "batch": 128}
+_ARMS = list(ARMS)
+_MORE = Margin(1.0, "normlab's choice: at least one more cluster in use")
 
 CLAIM = register_claim(
     Claim(
         id="ssl-centering",
         paper=paper("ssl"),
         hypothesis=(
-            "Without teacher normalization self-distillation collapses onto few clusters; "
-            "EMA centering and exact prior division both keep the clusters used, and agree."
+            "Without teacher normalization self-distillation uses fewer clusters; EMA "
+            "centering and exact prior division each keep more clusters in use, and agree."
         ),
         primary=Effect(
             "collapse_prevented",
-            "effective clusters (hard, test points) of the worse of centering / prior division "
-            "minus that of no normalization",
-            lambda m: _min_normalized(m) - cell(m, "none", "effective_clusters"),
+            "effective clusters (hard, test points) with centering and with prior division, "
+            "each minus that of no normalization (intersection-union test: both must gain)",
+            None,
             direction="greater",
-            margin=Margin(1.0, "normlab's choice: at least one more cluster in use"),
+            margin=_MORE,
+            method="center, prior",
             baseline="none",
             unit="clusters",
+            parts=(
+                difference(
+                    "center_vs_none",
+                    "effective clusters, EMA centering minus none",
+                    "center",
+                    "none",
+                    "effective_clusters",
+                    direction="greater",
+                    margin=_MORE,
+                    unit="clusters",
+                ),
+                difference(
+                    "prior_vs_none",
+                    "effective clusters, prior division minus none",
+                    "prior",
+                    "none",
+                    "effective_clusters",
+                    direction="greater",
+                    margin=_MORE,
+                    unit="clusters",
+                ),
+            ),
         ),
         secondary=(
             Effect(
                 "none_collapses",
-                "effective clusters of no normalization, minus 1",
+                "effective clusters of no normalization, minus 1 (full collapse, the paper's "
+                "reading)",
                 lambda m: cell(m, "none", "effective_clusters") - 1.0,
                 direction="no_greater",
                 margin=Margin(0.5, "normlab's choice: 'near 1' read as below 1.5 clusters"),
+                method="none",
             ),
-            Effect(
+            difference(
                 "center_vs_prior",
                 "NMI of centering minus NMI of prior division",
-                lambda m: cell(m, "center", "nmi") - cell(m, "prior", "nmi"),
+                "center",
+                "prior",
+                "nmi",
                 direction="no_less",
-                baseline="prior",
                 margin=Margin(
                     0.05,
                     "normlab's choice: agreement to 0.05 NMI (with "
                     "prior_vs_center, a two-sided equivalence)",
                 ),
             ),
-            Effect(
+            difference(
                 "prior_vs_center",
                 "NMI of prior division minus NMI of centering",
-                lambda m: cell(m, "prior", "nmi") - cell(m, "center", "nmi"),
+                "prior",
+                "center",
+                "nmi",
                 direction="no_less",
-                baseline="center",
                 margin=Margin(0.05, "normlab's choice: the other side of the equivalence"),
+            ),
+        ),
+        premises=(
+            Premise(
+                "none_underuses",
+                "clusters K minus the effective clusters of no normalization (test points)",
+                lambda m: m["clusters"] - cell(m, "none", "effective_clusters"),
+                direction="greater",
+                margin=Margin(
+                    1.0,
+                    "normlab's choice: the unnormalised teacher must leave at least one "
+                    "cluster's worth unused, or there is no collapse to prevent",
+                ),
+                unit="clusters",
+                gates=("collapse_prevented",),
             ),
         ),
         checks=(
@@ -189,12 +256,17 @@ CLAIM = register_claim(
                 _check_formulas,
             ),
         ),
+        free_settings=(
+            FreeSetting("steps", 150, 600, "normlab's choice: the self-distillation budget"),
+            FreeSetting("separation", 2.0, 4.0, "normlab's choice: how separated the mixture is"),
+        ),
         headline="Inverse-cluster-prior normalization prevents mode collapse and reduces to "
         "batch centering via Jensen (theory; no number in the abstract).",
         setup=(
             "8-component Gaussian mixture in 16-D (known labels); MLP student, EMA teacher "
             "(0.99), two noisy views, teacher tau 0.04, student tau 0.1; teacher assignment "
-            "unnormalized / DINO EMA center (0.9) / divided by the batch prior."
+            "unnormalized / DINO EMA center (0.9) / divided by the batch prior; Adam lr per "
+            "arm over {1e-3, 3e-3} (+1 edge step) selected on 500 validation points' NMI."
         ),
         scale_note="quick: 300 steps of self-distillation on 2,000 points.",
         configs={
@@ -203,25 +275,31 @@ CLAIM = register_claim(
                 **_COMMON,
                 "clusters": 4,
                 "train_points": 256,
+                "val_points": 64,
                 "test_points": 128,
                 "steps": 20,
                 "batch": 64,
+                "search": {"arms": _ARMS, "space": {"lr": [1e-3]}, "extend": 0},
             },
             "quick": {
                 "seeds": 5,
                 **_COMMON,
                 "clusters": 8,
                 "train_points": 2000,
+                "val_points": 500,
                 "test_points": 1000,
                 "steps": 300,
+                "search": {"arms": _ARMS, "space": {"lr": [1e-3, 3e-3]}},
             },
             "full": {
                 "seeds": 10,
                 **_COMMON,
                 "clusters": 16,
                 "train_points": 20000,
+                "val_points": 2000,
                 "test_points": 5000,
                 "steps": 5000,
+                "search": {"arms": _ARMS, "space": {"lr": [3e-4, 1e-3, 3e-3]}},
             },
         },
         run=run,

@@ -7,11 +7,19 @@
 // fixed number of row blocks (NB, independent of the thread count) and summed in block
 // order, so they are bit-for-bit deterministic for any number of threads. Weight and bias
 // pointers are never null (the caller passes ones and zeros): a null test inside a loop
-// keeps gcc from vectorizing it.
+// keeps gcc from vectorizing it. Scratch memory (the gradient partials, softmax1's row
+// buffers) is passed in by the caller, which reuses it across calls.
+//
+// Overflow and underflow: a row whose float32 sum of squares is infinite (|x| >~ 1e19 at
+// D = 1024) or below 1e-30 is normalized again with x scaled by a power of two 2^-e,
+// 2^e >= max|x| (exact in binary floating point), and rstd = 2^-e / sqrt(ms' + eps 4^-e)
+// in double, so RMSNorm and LayerNorm match float64 from |x| ~ 1e-38 to ~ 1e38. The
+// backward passes form their row sums from x_hat = x * rstd, which stays O(1).
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
+#include <immintrin.h>
 #include <omp.h>
 
 namespace {
@@ -31,6 +39,33 @@ inline void st(uint16_t* p, long i, float v) {
   std::memcpy(&u, &v, 4);
   uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
   p[i] = static_cast<uint16_t>(v != v ? 0x7FC0u : rounded);
+}
+
+// out[j] = f(j) for j < D, f computed in float32. For bfloat16 on a CPU with AVX512-BF16
+// the values go through a 64-float buffer and vcvtneps2bf16 (round to nearest even, as st
+// does; 3x faster than the scalar rounding), else through st.
+template <typename F>
+inline void emit(float* out, long D, F f) {
+#pragma omp simd
+  for (long j = 0; j < D; ++j) out[j] = f(j);
+}
+template <typename F>
+inline void emit(uint16_t* out, long D, F f) {
+  long j0 = 0;
+#if defined(__AVX512BF16__)
+  constexpr long C = 64;
+  alignas(64) float buf[C];
+  for (; j0 + C <= D; j0 += C) {
+#pragma omp simd
+    for (long j = 0; j < C; ++j) buf[j] = f(j0 + j);
+    for (long k = 0; k < C; k += 16) {
+      __m256bh h = _mm512_cvtneps_pbh(_mm512_load_ps(buf + k));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j0 + k), reinterpret_cast<__m256i&>(h));
+    }
+  }
+#endif
+#pragma omp simd
+  for (long j = j0; j < D; ++j) st(out, j, f(j));
 }
 
 // exp(x) for x <= 88: Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, degree-7 Taylor
@@ -73,6 +108,29 @@ inline float fast_tanh(float z) {
   return a < 0.4f ? small : big;
 }
 
+// 2^-e with 2^e >= max|x| over the row (1 for an all-zero or non-finite row).
+template <typename T>
+inline float row_scale(const T* x, long D) {
+  float m = 0.0f;
+#pragma omp simd reduction(max : m)
+  for (long j = 0; j < D; ++j) {
+    float a = std::fabs(ld(x, j));
+    m = a > m ? a : m;
+  }
+  if (!(m <= FLT_MAX) || m == 0.0f) return 1.0f;
+  int e = 0;
+  std::frexp(m, &e);  // m = f 2^e, f in [0.5, 1)
+  return static_cast<float>(std::ldexp(1.0, -e));
+}
+
+// Whether a float32 sum of squares lost the row's scale (overflow, or underflow below eps).
+inline bool out_of_range(float ss) { return !(ss <= FLT_MAX) || ss < 1e-30f; }
+
+// 1 / sqrt(ss' / (D s^2) + eps) for a sum of squares ss' of the row scaled by s, in double.
+inline double scaled_rstd(double ss, double s, long D, double eps) {
+  return s / std::sqrt(ss / static_cast<double>(D) + eps * s * s);
+}
+
 inline int threads_for(long R, long D, int nt) { return (R * D < 32768 || R < 2) ? 1 : nt; }
 inline long block_lo(long b, long R) { return b * R / NB; }
 
@@ -94,8 +152,7 @@ void rms_fwd(const T* x, const T* res, const float* w, T* sum, T* y, float* rstd
     const long o = i * D;
     const T* src = x + o;
     if (res != nullptr) {  // fused residual add: sum = x + res, rounded to T, is normalized
-#pragma omp simd
-      for (long j = 0; j < D; ++j) st(sum + o, j, ld(x + o, j) + ld(res + o, j));
+      emit(sum + o, D, [&](long j) { return ld(x + o, j) + ld(res + o, j); });
       src = sum + o;
     }
     float ss = 0.0f;
@@ -104,14 +161,24 @@ void rms_fwd(const T* x, const T* res, const float* w, T* sum, T* y, float* rstd
       float v = ld(src, j);
       ss += v * v;
     }
-    const float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+    float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+    if (out_of_range(ss)) {
+      const float sc = row_scale(src, D);
+      if (sc != 1.0f) {
+        float s2 = 0.0f;
+#pragma omp simd reduction(+ : s2)
+        for (long j = 0; j < D; ++j) {
+          float v = ld(src, j) * sc;
+          s2 += v * v;
+        }
+        r = static_cast<float>(scaled_rstd(s2, sc, D, eps));
+      }
+    }
     rstd[i] = r;
     if (w != nullptr) {
-#pragma omp simd
-      for (long j = 0; j < D; ++j) st(y + o, j, (ld(src, j) * r) * w[j]);
+      emit(y + o, D, [&](long j) { return (ld(src, j) * r) * w[j]; });
     } else {
-#pragma omp simd
-      for (long j = 0; j < D; ++j) st(y + o, j, ld(src, j) * r);
+      emit(y + o, D, [&](long j) { return ld(src, j) * r; });
     }
   }
 }
@@ -129,18 +196,18 @@ void rms_bwd(const T* dy, const T* x, const float* w, const float* rstd, const T
       const float r = rstd[i];
       float c = 0.0f;
 #pragma omp simd reduction(+ : c)
-      for (long j = 0; j < D; ++j) c += ld(dy + o, j) * w[j] * ld(x + o, j);
-      c = c * r * invd;
-#pragma omp simd
-      for (long j = 0; j < D; ++j) {
+      for (long j = 0; j < D; ++j) c += ld(dy + o, j) * w[j] * (ld(x + o, j) * r);
+      c = c * invd;
+      auto grad = [&](long j) {
         float xh = ld(x + o, j) * r;
         float g = ld(dy + o, j);
-        st(dx + o, j, r * (g * w[j] - xh * c));
         acc[j] += g * xh;
-      }
-      if (dsum != nullptr) {
-#pragma omp simd
-        for (long j = 0; j < D; ++j) st(dx + o, j, ld(dx + o, j) + ld(dsum + o, j));
+        return r * (g * w[j] - xh * c);
+      };
+      if (dsum != nullptr) {  // the sum's own gradient joins dx before rounding
+        emit(dx + o, D, [&](long j) { return grad(j) + ld(dsum + o, j); });
+      } else {
+        emit(dx + o, D, grad);
       }
     }
   }
@@ -160,17 +227,35 @@ void ln_fwd(const T* x, const float* w, const float* bias, T* y, float* rstd, lo
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
   for (long i = 0; i < R; ++i) {
     const long o = i * D;
-    const float mu = row_mean(x + o, D);
+    float mu = row_mean(x + o, D);
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
     for (long j = 0; j < D; ++j) {
       float d = ld(x + o, j) - mu;
       ss += d * d;
     }
-    const float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+    float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+    float sc = 1.0f, rs = r;  // y = (x sc - mu) rs: mu is the scaled row's mean
+    if (out_of_range(ss) || !(std::fabs(mu) <= FLT_MAX)) {
+      sc = row_scale(x + o, D);
+      if (sc != 1.0f) {
+        float m2 = 0.0f;
+#pragma omp simd reduction(+ : m2)
+        for (long j = 0; j < D; ++j) m2 += ld(x + o, j) * sc;
+        mu = m2 / static_cast<float>(D);
+        float s2 = 0.0f;
+#pragma omp simd reduction(+ : s2)
+        for (long j = 0; j < D; ++j) {
+          float d = ld(x + o, j) * sc - mu;
+          s2 += d * d;
+        }
+        const double rd = scaled_rstd(s2, sc, D, eps);
+        r = static_cast<float>(rd);
+        rs = static_cast<float>(rd / sc);
+      }
+    }
     rstd[i] = r;
-#pragma omp simd
-    for (long j = 0; j < D; ++j) st(y + o, j, (ld(x + o, j) - mu) * r * w[j] + bias[j]);
+    emit(y + o, D, [&](long j) { return (ld(x + o, j) * sc - mu) * rs * w[j] + bias[j]; });
   }
 }
 
@@ -193,15 +278,24 @@ void ln_bwd(const T* dy, const T* x, const float* w, const float* rstd, T* dx, f
       for (long j = 0; j < D; ++j) {
         float g = ld(dy + o, j) * w[j];
         c1 += g;
-        c2 += g * (ld(x + o, j) - mu);
+        c2 += g * ((ld(x + o, j) - mu) * r);
       }
       c1 *= invd;
-      c2 *= r * invd;
-#pragma omp simd
-      for (long j = 0; j < D; ++j) {
-        float xh = (ld(x + o, j) - mu) * r;
-        st(dx + o, j, r * (ld(dy + o, j) * w[j] - c1 - xh * c2));
+      c2 *= invd;
+      if (aw != nullptr && ab != nullptr) {  // the usual case: one pass for dx, dw and db
+        emit(dx + o, D, [&](long j) {
+          float g = ld(dy + o, j);
+          float xh = (ld(x + o, j) - mu) * r;
+          aw[j] += g * xh;
+          ab[j] += g;
+          return r * (g * w[j] - c1 - xh * c2);
+        });
+        continue;
       }
+      emit(dx + o, D, [&](long j) {
+        float xh = (ld(x + o, j) - mu) * r;
+        return r * (ld(dy + o, j) * w[j] - c1 - xh * c2);
+      });
       if (aw != nullptr) {
 #pragma omp simd
         for (long j = 0; j < D; ++j) aw[j] += ld(dy + o, j) * ((ld(x + o, j) - mu) * r);
@@ -220,8 +314,7 @@ void dyt_fwd(const T* x, float alpha, const float* w, const float* bias, T* y, l
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
   for (long i = 0; i < R; ++i) {
     const long o = i * D;
-#pragma omp simd
-    for (long j = 0; j < D; ++j) st(y + o, j, fast_tanh(alpha * ld(x + o, j)) * w[j] + bias[j]);
+    emit(y + o, D, [&](long j) { return fast_tanh(alpha * ld(x + o, j)) * w[j] + bias[j]; });
   }
 }
 
@@ -256,10 +349,10 @@ void dyt_bwd(const T* dy, const T* x, float alpha, const float* w, T* dx, float*
 }
 
 template <typename T>
-void softmax1_fwd(const T* x, T* y, long R, long D, int nt) {
+void softmax1_fwd(const T* x, T* y, float* work, long R, long D, int nt) {
 #pragma omp parallel num_threads(threads_for(R, D, nt))
   {
-    float* buf = static_cast<float*>(std::malloc(sizeof(float) * (D > 0 ? D : 1)));
+    float* buf = work + static_cast<long>(omp_get_thread_num()) * D;  // nt rows of D
 #pragma omp for schedule(static)
     for (long i = 0; i < R; ++i) {
       const long o = i * D;
@@ -277,10 +370,8 @@ void softmax1_fwd(const T* x, T* y, long R, long D, int nt) {
         s += e;
       }
       const float inv = 1.0f / (fast_exp(-m) + s);
-#pragma omp simd
-      for (long j = 0; j < D; ++j) st(y + o, j, buf[j] * inv);
+      emit(y + o, D, [&](long j) { return buf[j] * inv; });
     }
-    std::free(buf);
   }
 }
 
@@ -292,8 +383,7 @@ void softmax1_bwd(const T* dy, const T* y, T* dx, long R, long D, int nt) {
     float c = 0.0f;
 #pragma omp simd reduction(+ : c)
     for (long j = 0; j < D; ++j) c += ld(dy + o, j) * ld(y + o, j);
-#pragma omp simd
-    for (long j = 0; j < D; ++j) st(dx + o, j, ld(y + o, j) * (ld(dy + o, j) - c));
+    emit(dx + o, D, [&](long j) { return ld(y + o, j) * (ld(dy + o, j) - c); });
   }
 }
 
@@ -314,7 +404,7 @@ void softmax1_bwd(const T* dy, const T* y, T* dx, long R, long D, int nt) {
 
 extern "C" {
 
-int nl_version() { return 2; }
+int nl_version() { return 3; }
 
 void nl_rms_fwd(int bf, const void* x, const void* res, const float* w, void* sum, void* y,
                 float* rstd, long R, long D, float eps, int nt) {
@@ -360,8 +450,8 @@ void nl_dyt_bwd(int bf, const void* dy, const void* x, float alpha, const float*
   *da = s;
 }
 
-void nl_softmax1_fwd(int bf, const void* x, void* y, long R, long D, int nt) {
-  NL_DISPATCH(bf, softmax1_fwd<T>(NL_T(x), static_cast<T*>(y), R, D, nt));
+void nl_softmax1_fwd(int bf, const void* x, void* y, float* work, long R, long D, int nt) {
+  NL_DISPATCH(bf, softmax1_fwd<T>(NL_T(x), static_cast<T*>(y), work, R, D, nt));
 }
 
 void nl_softmax1_bwd(int bf, const void* dy, const void* y, void* dx, long R, long D, int nt) {

@@ -1,0 +1,109 @@
+"""Null calibration and robustness of a claim's primary effect.
+
+**Null calibration.** If the method did nothing, the rows of the arms an effect compares
+would be exchangeable within each seed. :func:`null_calibration` permutes them (within each
+of the effect's ``groups`` and seed, the ``"diverged"`` records travelling with their rows),
+recomputes the effect and the rule's verdict, and reports how often the verdict says
+"supported" and how often the interval lies beyond zero on the unclaimed side (for an
+intersection-union effect: any part, at its corrected level). For a superiority effect both
+rates must stay at or below 5%; a biased construction (best-of-k picked on test, a min()
+composite) shows up as a high opposite-direction rate. For a non-inferiority effect the
+exchangeable null *is* no worse, so "supported" is the right answer there and only the
+opposite-direction rate is held to 5%. Under the null, "contradicted: smaller than the
+margin" is the right answer for a superiority effect and is not counted as an error.
+
+**Robustness.** :func:`robustness_records` compares the primary's verdict at each free
+setting's neighbours with the verdict at the chosen value: "robust" when none flips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from normlab.claims.core import Effect, Measurement
+from normlab.claims.rule import LEVEL, EffectVerdict, interval, judge_effect, opposite
+
+__all__ = ["NULL_LIMIT", "null_calibration", "null_passes", "robustness_label"]
+
+#: The largest tolerated rate of "supported" / "opposite direction" under the null.
+NULL_LIMIT = 0.05
+
+
+def _permuted(m: Measurement, groups, rng: np.random.Generator) -> Measurement:
+    table = dict(m["table"])
+    diverged = dict(m.get("diverged") or {})
+    moved_div: dict[str, Any] = dict(diverged)
+    for group in groups:
+        arms = [a for a in group if a in table]
+        if len(arms) < 2:
+            continue
+        order = rng.permutation(len(arms))
+        rows = [m["table"][arms[i]] for i in order]
+        divs = [diverged.get(arms[i]) for i in order]
+        for arm, row, div in zip(arms, rows, divs, strict=True):
+            table[arm] = row
+            if div is None:
+                moved_div.pop(arm, None)
+            else:
+                moved_div[arm] = div
+    return {"table": table, "diverged": moved_div}
+
+
+def _is_opposite(ev: EffectVerdict) -> bool:
+    if not ev.parts:
+        return opposite(ev.low, ev.high, ev.direction)
+    strict = 1 - (1 - LEVEL) / len(ev.parts)
+    for part in ev.parts:
+        finite = [v for v in part.values if np.isfinite(v)]
+        _, _, lo, hi = interval(finite, strict)
+        if opposite(lo, hi, part.direction):
+            return True
+    return False
+
+
+def null_calibration(
+    effect: Effect, measurements: Sequence[Measurement], draws: int = 2000, seed: int = 0
+) -> dict[str, Any] | None:
+    """The rates of "supported" and "opposite direction" when the effect's arms are
+    exchanged at random within each seed.
+
+    Returns:
+        ``{"supported_rate", "opposite_rate", "draws", "seeds", "superiority"}``, or None
+        when the effect names no arms to exchange or there are fewer than 2 seeds.
+    """
+    groups = effect.groups
+    if not groups or len(measurements) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    light = [{"table": m["table"], "diverged": m.get("diverged") or {}} for m in measurements]
+    supported = opposite_count = 0
+    for _ in range(draws):
+        ev = judge_effect(effect, [_permuted(m, groups, rng) for m in light])
+        supported += ev.verdict == "supported"
+        opposite_count += _is_opposite(ev)
+    return {
+        "supported_rate": supported / draws,
+        "opposite_rate": opposite_count / draws,
+        "draws": draws,
+        "seeds": len(measurements),
+        "superiority": effect.direction in ("greater", "less"),
+    }
+
+
+def null_passes(null: dict[str, Any] | None) -> bool:
+    """Whether a null calibration stays within :data:`NULL_LIMIT` (see the module doc)."""
+    if null is None:
+        return False
+    ok = null["opposite_rate"] <= NULL_LIMIT
+    return ok and (not null["superiority"] or null["supported_rate"] <= NULL_LIMIT)
+
+
+def robustness_label(main: str, records: Sequence[dict[str, Any]]) -> str:
+    """ "robust", or "fragile: flips at key=value, ..." when a neighbour's verdict differs."""
+    flips = [f"{r['setting']}={r['value']!r}" for r in records if r["verdict"] != main]
+    if not records:
+        return "not run"
+    return "robust" if not flips else "fragile: flips at " + ", ".join(flips)

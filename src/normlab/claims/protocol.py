@@ -1,0 +1,221 @@
+"""The fair-experiment protocol a claim's ``run`` uses: tuning every arm the same way, and
+recording divergence as an outcome.
+
+**Tuning.** Each scale's config holds a ``"search"``: either one space shared by arms whose
+scales agree, ``{"arms": ["bn", "no-bn"], "space": {"lr": [3e-3, 1e-2, 3e-2]}}``, or one
+space per arm, ``{"per_arm": {"grpo": {"lr": [...]}, "dr-grpo": {"lr": [...]}}}``, plus
+optional ``"extend"`` (how many steps a choice on the edge of an ordered numeric axis may
+extend the space; default 1). Every arm gets the same number of grid trials
+(:func:`searches` refuses otherwise). :func:`tune` evaluates the grid, selects on the
+*validation* score (never test), extends an edge choice one step at a time up to
+``extend`` (geometric axes continue geometrically, others arithmetically), and flags a
+choice still on the edge. The record goes into the measurement under ``"tuning"`` so the
+report shows it.
+
+**Divergence.** A training run that diverges is an outcome, not an error:
+:func:`diverged` records it (step, last finite metric) under the measurement's
+``"diverged"``; each effect says what a diverged arm counts as (``Effect.if_diverged``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Search", "Tuned", "diverged", "searches", "tune", "tune_arms"]
+
+
+@dataclass(frozen=True)
+class Search:
+    """One arm's search space: each parameter's ordered candidate values.
+
+    Attributes:
+        space: parameter -> candidate values (a grid; every combination is one trial).
+        extend: how many extra steps a choice on the edge of an ordered numeric axis may
+            take beyond it.
+    """
+
+    space: Mapping[str, Sequence[Any]]
+    extend: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.space:
+            raise ValueError("A search needs at least one parameter with candidate values.")
+        for key, values in self.space.items():
+            if not values:
+                raise ValueError(f"Search parameter {key!r} has no candidate values.")
+        if self.extend < 0:
+            raise ValueError(f"extend must be >= 0, got {self.extend}.")
+
+    @property
+    def trials(self) -> int:
+        """The number of grid trials (edge extensions come on top)."""
+        return math.prod(len(v) for v in self.space.values())
+
+    def grid(self) -> list[dict[str, Any]]:
+        keys = list(self.space)
+        return [
+            dict(zip(keys, combo, strict=True))
+            for combo in itertools.product(*(self.space[k] for k in keys))
+        ]
+
+
+def searches(config: Mapping[str, Any]) -> dict[str, Search]:
+    """Each arm's :class:`Search` from a config's ``"search"``; equal trial counts enforced."""
+    spec = config.get("search")
+    if not isinstance(spec, Mapping):
+        raise ValueError(
+            "The config has no 'search': give {'arms': [...], 'space': {...}} or "
+            "{'per_arm': {arm: {...}}}."
+        )
+    extend = int(spec.get("extend", 1))
+    if "per_arm" in spec:
+        out = {arm: Search(dict(space), extend) for arm, space in spec["per_arm"].items()}
+    elif "arms" in spec and "space" in spec:
+        out = {arm: Search(dict(spec["space"]), extend) for arm in spec["arms"]}
+    else:
+        raise ValueError(
+            f"Unreadable search {dict(spec)!r}: use {{'arms': [...], 'space': {{...}}}} or "
+            "{'per_arm': {arm: {param: [values]}}}."
+        )
+    counts = {arm: s.trials for arm, s in out.items()}
+    if len(set(counts.values())) > 1:
+        raise ValueError(f"Every arm must get the same number of trials; got {counts}.")
+    return out
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """What :func:`tune` chose for one arm.
+
+    Attributes:
+        chosen: the selected parameters.
+        val: their validation score (lower is better).
+        trials: how many configurations were evaluated (grid plus extensions).
+        grid_trials: the grid's size (the same for every arm).
+        extended: how many edge extensions were taken.
+        on_edge: the choice is still on the edge of an ordered axis after extending.
+        history: ``(params, val)`` of every trial, in order.
+        result: what the evaluation returned for the chosen parameters (not recorded).
+    """
+
+    chosen: dict[str, Any]
+    val: float
+    trials: int
+    grid_trials: int
+    extended: int
+    on_edge: bool
+    history: tuple[tuple[dict[str, Any], float], ...]
+    result: Any = field(default=None, compare=False)
+
+    def record(self) -> dict[str, Any]:
+        """The JSON record written under the measurement's ``"tuning"``."""
+        out = asdict(self)
+        out.pop("result")
+        out["val"] = self.val if math.isfinite(self.val) else None
+        out["history"] = [
+            {"params": p, "val": v if math.isfinite(v) else None} for p, v in self.history
+        ]
+        return out
+
+
+def _next_value(values: Sequence[Any], upward: bool) -> Any | None:
+    """The value one step beyond an ordered numeric axis, or None when it has no order."""
+    nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if len(nums) != len(values) or len(nums) < 2 or sorted(nums) != list(nums):
+        return None
+    a, b = (nums[-2], nums[-1]) if upward else (nums[1], nums[0])
+    out = b * (b / a) if a > 0 and b > 0 else b + (b - a)  # geometric axes stay geometric
+    return type(nums[0])(out) if isinstance(nums[0], int) else float(out)
+
+
+def tune(search: Search, evaluate: Callable[[dict[str, Any]], tuple[float, Any]]) -> Tuned:
+    """Evaluate every grid point, select the lowest validation score, extend edge choices.
+
+    Args:
+        search: the arm's space.
+        evaluate: ``params -> (validation score, result)``; lower is better; a diverged run
+            returns ``math.inf`` (NaN is read as inf). Never pass a test score.
+    """
+    history: list[tuple[dict[str, Any], float]] = []
+    results: list[Any] = []
+
+    def trial(params: dict[str, Any]) -> None:
+        val, result = evaluate(dict(params))
+        val = float(val)
+        history.append((dict(params), val if math.isfinite(val) else math.inf))
+        results.append(result)
+
+    for params in search.grid():
+        trial(params)
+    axes = {k: list(v) for k, v in search.space.items()}
+    extended = 0
+
+    def best() -> int:
+        return min(range(len(history)), key=lambda i: history[i][1])
+
+    def edge_step() -> tuple[str, Any] | None:
+        chosen = history[best()][0]
+        for key, values in axes.items():
+            if len(values) < 2:
+                continue
+            if chosen[key] == values[-1]:
+                nxt = _next_value(values, upward=True)
+                return (key, nxt) if nxt is not None else None
+            if chosen[key] == values[0]:
+                nxt = _next_value(values, upward=False)
+                return (key, nxt) if nxt is not None else None
+        return None
+
+    while extended < search.extend and math.isfinite(history[best()][1]):
+        step = edge_step()
+        if step is None:
+            break
+        key, value = step
+        axes[key] = [*axes[key], value] if value > axes[key][-1] else [value, *axes[key]]
+        trial({**history[best()][0], key: value})
+        extended += 1
+    i = best()
+    return Tuned(
+        chosen=history[i][0],
+        val=history[i][1],
+        trials=len(history),
+        grid_trials=search.trials,
+        extended=extended,
+        on_edge=edge_step() is not None,
+        history=tuple(history),
+        result=results[i],
+    )
+
+
+def tune_arms(
+    config: Mapping[str, Any],
+    evaluate: Callable[[str, dict[str, Any]], tuple[float, Any]],
+    arms: Sequence[str] | None = None,
+) -> tuple[dict[str, Tuned], dict[str, dict[str, Any]]]:
+    """:func:`tune` every arm of the config's search.
+
+    Args:
+        config: the claim's config (its ``"search"``).
+        evaluate: ``(arm, params) -> (validation score, result)``.
+        arms: a subset of the search's arms (default: all).
+
+    Returns:
+        ``(tuned, records)``: arm -> :class:`Tuned`, and arm -> its JSON record for the
+        measurement's ``"tuning"``.
+    """
+    spaces = searches(config)
+    chosen = list(arms) if arms is not None else list(spaces)
+    unknown = [a for a in chosen if a not in spaces]
+    if unknown:
+        raise ValueError(f"Arms {unknown} have no search space; the search has {list(spaces)}.")
+    tuned = {arm: tune(spaces[arm], lambda p, arm=arm: evaluate(arm, p)) for arm in chosen}
+    return tuned, {arm: t.record() for arm, t in tuned.items()}
+
+
+def diverged(step: int, last: float) -> dict[str, Any]:
+    """The record of a diverged run: the step it diverged at and its last finite metric."""
+    return {"step": int(step), "last": float(last) if math.isfinite(last) else None}

@@ -1,0 +1,130 @@
+"""A claim's judged result at one scale: its tasks, the rule's verdict, the primary's null
+calibration and the robustness reruns."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from normlab.claims.calibration import null_calibration, robustness_label
+from normlab.claims.core import CheckOutcome, Claim
+from normlab.claims.rule import ClaimVerdict, judge_claim
+from normlab.claims.tasks import TaskResult
+
+__all__ = ["ClaimResult"]
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """A claim's tasks at one scale and the verdict the rule computed from them.
+
+    Attributes:
+        claim: the claim.
+        scale: the scale.
+        tasks: the seed tasks, by seed.
+        checks: the checks task, or None when the claim has no checks.
+        verdict: :func:`~normlab.claims.rule.judge_claim`'s record, with the primary's
+            null calibration and (after ``--robustness``) its robustness records.
+        neighbours: the robustness reruns' seed tasks.
+    """
+
+    claim: Claim
+    scale: str
+    tasks: tuple[TaskResult, ...]
+    checks: TaskResult | None
+    verdict: ClaimVerdict
+    neighbours: tuple[TaskResult, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The claim's verdict label ("supported", ..., "error")."""
+        return self.verdict.verdict
+
+    @property
+    def measurements(self) -> list[dict[str, Any]]:
+        return [t.measurement for t in self.tasks if t.status == "ok" and t.measurement]
+
+    @property
+    def all_tasks(self) -> tuple[TaskResult, ...]:
+        return self.tasks + ((self.checks,) if self.checks is not None else ()) + self.neighbours
+
+    @property
+    def robustness(self) -> str:
+        """ "robust", "fragile: flips at ...", or "not run"."""
+        return robustness_label(self.label, self.verdict.robustness)
+
+    @property
+    def seconds(self) -> float:
+        return sum(t.seconds for t in self.all_tasks)
+
+    @classmethod
+    def from_tasks(
+        cls,
+        claim: Claim,
+        scale: str,
+        tasks: Iterable[TaskResult],
+        neighbours: Iterable[TaskResult] = (),
+    ) -> ClaimResult:
+        """Judge the claim from its finished tasks (a failed task makes it "error"), with
+        the primary's null calibration and the robustness reruns in ``neighbours``."""
+        tasks = list(tasks)
+        seeds = tuple(sorted((t for t in tasks if not t.is_checks), key=lambda t: t.seed or 0))
+        checks = next((t for t in tasks if t.is_checks), None)
+        outcomes: dict[str, CheckOutcome] = {}
+        if checks is not None and checks.status == "ok" and checks.measurement:
+            outcomes = {
+                name: CheckOutcome(bool(o["passed"]), _float(o["value"]), str(o["detail"]))
+                for name, o in checks.measurement.items()
+            }
+        good = [t for t in seeds if t.status == "ok" and t.measurement is not None]
+        ok = [t.measurement for t in good]
+        failed = sum(t.status != "ok" for t in tasks)
+        verdict = judge_claim(
+            claim, ok, outcomes, failed_tasks=failed, seeds=[t.seed for t in good]
+        )
+        if verdict.verdict != "error":
+            null = null_calibration(claim.primary, ok)
+            robust = tuple(
+                {**r, "flips": r["verdict"] != verdict.verdict}
+                for r in _robustness(claim, neighbours)
+            )
+            verdict = replace(verdict, null=null, robustness=robust)
+        return cls(claim, scale, seeds, checks, verdict, tuple(neighbours))
+
+
+def _robustness(claim: Claim, neighbours: Iterable[TaskResult]) -> tuple[dict[str, Any], ...]:
+    """The primary's verdict at each neighbour setting (tasks grouped by their override)."""
+    groups: dict[str, list[TaskResult]] = {}
+    for t in neighbours:
+        groups.setdefault(json.dumps(t.override, sort_keys=True), []).append(t)
+    out = []
+    for text, tasks in sorted(groups.items()):
+        ((key, value),) = json.loads(text).items()
+        ok = [t.measurement for t in tasks if t.status == "ok" and t.measurement is not None]
+        failed = sum(t.status != "ok" for t in tasks)
+        v = judge_claim(claim, ok, failed_tasks=failed, check_outcomes=_PASS(claim))
+        p = v.primary
+        out.append(
+            {
+                "setting": key,
+                "value": value,
+                "verdict": v.verdict,
+                "mean": p.mean if p is not None else math.nan,
+                "low": p.low if p is not None else math.nan,
+                "high": p.high if p is not None else math.nan,
+                "seeds": len(ok),
+            }
+        )
+    return tuple(out)
+
+
+def _PASS(claim: Claim) -> dict[str, CheckOutcome]:
+    """Checks count as passed for a robustness rerun (they ran once, on the main config)."""
+    return {c.name: CheckOutcome(True, 0.0, "run on the main config") for c in claim.checks}
+
+
+def _float(value: Any) -> float:
+    return math.nan if value is None else float(value)

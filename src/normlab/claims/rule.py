@@ -1,0 +1,508 @@
+"""The verdict rule: a two-sided 95% t-interval over seeds, judged against the margin.
+
+For an effect whose claimed relation is ``v > m`` ("greater"; the other directions mirror
+it): **supported** when the interval lies entirely above ``m``; **contradicted** when it
+lies entirely below ``m``, either in the opposite direction (below 0) or precisely smaller
+than the margin; otherwise **inconclusive**. Non-inferiority (``no_greater``: ``v < m``) is
+supported below ``m`` and contradicted above it. Under a true zero effect, "supported"
+occurs at most 2.5% of the time and "opposite direction" at most 2.5%
+(tests/claims/test_rule.py simulates both, the rates at the margin, and the power).
+
+An intersection-union effect ("beats every baseline", ``Effect.parts``) is supported iff
+every part is supported at 95%, and contradicted iff at least one part is contradicted at
+level ``1 - 0.05 / k`` for ``k`` parts (a Bonferroni bound on the union).
+
+A premise is judged by the same interval: it holds when it would be "supported". Effects
+gated by a failed premise are "untestable at this scale"; their would-be verdicts stay in
+the record. A diverged arm counts as the value its effect declares (``if_diverged``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cache
+from typing import Any
+
+from normlab._records import Record
+from normlab.claims.core import CheckOutcome, Claim, Effect, Measurement, Precondition, Premise
+
+__all__ = [
+    "LEVEL",
+    "RULE",
+    "CheckVerdict",
+    "ClaimVerdict",
+    "EffectVerdict",
+    "PremiseVerdict",
+    "interval",
+    "judge_claim",
+    "judge_effect",
+    "judge_premise",
+    "opposite",
+    "verdict",
+    "with_divergence",
+]
+
+#: Confidence level of the interval.
+LEVEL = 0.95
+#: The rule in one paragraph, as the README and the report state it (a test keeps the
+#: README's copy equal to this one).
+RULE = (
+    "The verdict is computed from at least five seeds at quick scale: a two-sided 95% "
+    't-interval of the primary effect, judged against its declared margin. "supported" '
+    'when the interval lies entirely on the claimed side of the margin; "contradicted" '
+    "when it lies entirely on the far side of the margin (in the opposite direction, or "
+    'precisely smaller than the margin); otherwise "inconclusive". "Beats every '
+    'baseline" is an intersection-union test: supported against each, contradicted '
+    "against one at level 0.05 / k. A premise (the phenomenon the baseline must show) is "
+    'judged by the same interval; when it fails the claim is "untestable at this scale" '
+    "and its effects still show their values and would-be verdicts. A failed "
+    'implementation check or task makes the claim "error". Secondary effects never '
+    "change the verdict. "
+).strip()
+
+
+@cache
+def _t_quantile(df: int, level: float) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(0.5 + level / 2, df))
+
+
+def interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float, float]:
+    """``(mean, se, low, high)``: the mean and its two-sided t-interval at ``level``.
+
+    One value gives an infinite interval (nothing can be concluded from one seed).
+    """
+    vals = [float(v) for v in values]
+    n = len(vals)
+    if n == 0:
+        return math.nan, math.nan, -math.inf, math.inf
+    mean = statistics.fmean(vals)
+    if n == 1:
+        return mean, math.inf, -math.inf, math.inf
+    se = statistics.stdev(vals) / math.sqrt(n)
+    half = _t_quantile(n - 1, level) * se
+    return mean, se, mean - half, mean + half
+
+
+def _bounds(direction: str, m: float) -> tuple[float, float]:
+    """``(claimed bound, zero)`` of a direction: the interval must clear the first."""
+    if direction == "greater":
+        return m, 0.0
+    if direction == "less":
+        return -m, 0.0
+    if direction == "no_greater":
+        return m, m
+    if direction == "no_less":
+        return -m, -m
+    raise ValueError(f"Unknown direction {direction!r}.")
+
+
+def verdict(
+    values: Sequence[float],
+    direction: str,
+    margin: float,
+    *,
+    level: float = LEVEL,
+    source: str = "",
+) -> tuple[str, str]:
+    """The verdict on one effect from its per-seed values.
+
+    Returns:
+        ``(label, reason)``; the label is "supported", "contradicted" or "inconclusive";
+        a contradiction's reason says "opposite direction" or "smaller than the margin".
+    """
+    vals = [float(v) for v in values]
+    bad = [i for i, v in enumerate(vals) if not math.isfinite(v)]
+    if bad:
+        return "inconclusive", f"seed(s) {bad} gave a non-finite value"
+    if len(vals) < 2:
+        return "inconclusive", f"{len(vals)} seed(s): a t-interval needs at least 2"
+    _, _, lo, hi = interval(vals, level)
+    span = f"{level:.3g} interval [{lo:.3g}, {hi:.3g}]"
+    m = float(margin)
+    bound, _ = _bounds(direction, m)
+    upward = direction in ("greater", "no_less")
+    if (lo > bound) if upward else (hi < bound):
+        side = "above" if upward else "below"
+        return "supported", f"{span} lies {side} {bound:g}"
+    if (hi < bound) if upward else (lo > bound):
+        why = f" ({source})" if source else ""
+        if direction in ("greater", "less") and ((hi < 0) if upward else (lo > 0)):
+            return "contradicted", f"{span}: opposite direction (beyond 0)"
+        if direction in ("greater", "less"):
+            return "contradicted", f"{span}: smaller than the margin {m:g}{why}"
+        return "contradicted", f"{span}: worse than the margin {bound:g}{why}"
+    return "inconclusive", f"{span} crosses {bound:g}"
+
+
+def opposite(low: float, high: float, direction: str) -> bool:
+    """Whether an interval lies beyond zero on the unclaimed side (the wrong direction)."""
+    if direction in ("greater", "no_less"):
+        return high < 0
+    return low > 0
+
+
+def with_divergence(measurement: Measurement, if_diverged: Mapping[str, float]) -> Measurement:
+    """``measurement`` with every diverged arm's declared metrics set to their outcome.
+
+    The arms come from ``measurement["diverged"]`` (arm -> ``{"step", "last"}``).
+    """
+    diverged = measurement.get("diverged") or {}
+    if not diverged or not if_diverged:
+        return measurement
+    table = {arm: dict(row) for arm, row in measurement["table"].items()}
+    for arm in diverged:
+        if arm in table:
+            table[arm].update({k: float(v) for k, v in if_diverged.items()})
+    return {**measurement, "table": table}
+
+
+@dataclass(frozen=True)
+class EffectVerdict(Record):
+    """The verdict on one effect over seeds, with the rule's inputs.
+
+    Attributes:
+        name: the effect's name.
+        description: what the value is.
+        role: "primary", "secondary" or "part".
+        values: the per-seed values (for an intersection-union effect: its weakest part's).
+        mean, se, low, high: their mean, standard error and 95% t-interval.
+        direction, margin, margin_source: what is claimed, against what, and why.
+        method, baseline, unit: the arms compared and the value's unit.
+        verdict: the computed label ("untestable" when a premise gating it failed).
+        reason: which test decided it.
+        would_be: the label the rule gives the values, whatever the premises.
+        degenerate: every seed gave the same value (the interval is a point).
+        parts: an intersection-union effect's pairwise verdicts.
+    """
+
+    name: str
+    description: str
+    role: str
+    values: tuple[float, ...]
+    mean: float
+    se: float
+    low: float
+    high: float
+    direction: str
+    margin: float
+    margin_source: str
+    method: str
+    baseline: str
+    unit: str
+    verdict: str
+    reason: str
+    would_be: str
+    degenerate: bool
+    parts: tuple[EffectVerdict, ...] = ()
+
+    @property
+    def claimed(self) -> str:
+        from normlab.claims.core import claimed_relation
+
+        return claimed_relation(self.direction, self.margin)
+
+
+def _values(
+    effect: Effect | Premise | Precondition, measurements: Sequence[Measurement]
+) -> tuple[float, ...]:
+    out = []
+    for m in measurements:
+        declared = getattr(effect, "if_diverged", None) or {}
+        try:
+            out.append(float(effect.fn(with_divergence(m, declared))))
+        except ArithmeticError:
+            out.append(math.nan)
+        except TypeError:  # a None cell: only a diverged arm may leave one
+            if not m.get("diverged"):
+                raise
+            out.append(math.nan)
+    return tuple(out)
+
+
+def _divergence_note(values: Sequence[float], measurements: Sequence[Measurement]) -> str:
+    seeds = [
+        i
+        for i, (v, m) in enumerate(zip(values, measurements, strict=True))
+        if not math.isfinite(v) and m.get("diverged")
+    ]
+    if not seeds:
+        return ""
+    return (
+        f"; an arm diverged in seed(s) {seeds} and the effect declares no outcome for it "
+        "(if_diverged)"
+    )
+
+
+def _record(
+    effect: Effect,
+    role: str,
+    values: tuple[float, ...],
+    label: str,
+    reason: str,
+    parts: tuple[EffectVerdict, ...] = (),
+) -> EffectVerdict:
+    finite = [v for v in values if math.isfinite(v)]
+    mean, se, lo, hi = interval(finite)
+    degenerate = len(finite) > 1 and len(set(finite)) == 1
+    if degenerate:
+        reason += "; degenerate: every seed gave the same value"
+    return EffectVerdict(
+        name=effect.name,
+        description=effect.description,
+        role=role,
+        values=values,
+        mean=mean,
+        se=se,
+        low=lo,
+        high=hi,
+        direction=effect.direction,
+        margin=effect.margin.value,
+        margin_source=effect.margin.source,
+        method=effect.method,
+        baseline=effect.baseline,
+        unit=effect.unit,
+        verdict=label,
+        reason=reason,
+        would_be=label,
+        degenerate=degenerate,
+        parts=parts,
+    )
+
+
+def _slack(ev: EffectVerdict) -> float:
+    """How far a part's mean clears its claimed bound, in standard errors (lower: weaker)."""
+    bound, _ = _bounds(ev.direction, ev.margin)
+    gap = ev.mean - bound if ev.direction in ("greater", "no_less") else bound - ev.mean
+    if not math.isfinite(gap):
+        return -math.inf
+    return gap / ev.se if ev.se and math.isfinite(ev.se) else math.copysign(math.inf, gap)
+
+
+def judge_effect(
+    effect: Effect, measurements: Sequence[Measurement], role: str = "primary"
+) -> EffectVerdict:
+    """Evaluate ``effect`` on each seed's measurement and apply :func:`verdict`."""
+    if not effect.parts:
+        values = _values(effect, measurements)
+        label, reason = verdict(
+            values, effect.direction, effect.margin.value, source=effect.margin.source
+        )
+        return _record(
+            effect, role, values, label, reason + _divergence_note(values, measurements)
+        )
+    k = len(effect.parts)
+    parts = tuple(judge_effect(p, measurements, "part") for p in effect.parts)
+    strict = 1 - (1 - LEVEL) / k
+    against = []
+    for part, ev in zip(effect.parts, parts, strict=True):
+        label, why = verdict(
+            ev.values, part.direction, part.margin.value, level=strict, source=part.margin.source
+        )
+        if label == "contradicted":
+            against.append(f"{part.baseline or part.name}: {why}")
+    weakest = min(parts, key=_slack)
+    if all(p.verdict == "supported" for p in parts):
+        label, reason = "supported", f"supported against each of {k} baselines"
+    elif against:
+        label = "contradicted"
+        reason = f"contradicted at level {strict:.3g} against " + "; ".join(against)
+    else:
+        undecided = [p.baseline or p.name for p in parts if p.verdict != "supported"]
+        label, reason = "inconclusive", f"not supported against {', '.join(undecided)}"
+    reason += f" (weakest part: {weakest.name}, {weakest.reason})"
+    return _record(effect, role, weakest.values, label, reason, parts)
+
+
+@dataclass(frozen=True)
+class PremiseVerdict(Record):
+    """A premise's outcome over seeds: its interval and whether it held."""
+
+    name: str
+    description: str
+    values: tuple[float, ...]
+    mean: float
+    low: float
+    high: float
+    direction: str
+    margin: float
+    margin_source: str
+    unit: str
+    held: bool
+    reason: str
+    gates: tuple[str, ...]
+
+    @property
+    def value(self) -> float:
+        return self.mean
+
+
+def judge_premise(
+    premise: Premise | Precondition,
+    measurements: Sequence[Measurement],
+    effect_names: Sequence[str],
+) -> PremiseVerdict:
+    """Judge a premise (or precondition) by :func:`verdict`: it holds when it would be
+    "supported" (a precondition ``v >= t`` as the effect ``v - t > 0``)."""
+    if isinstance(premise, Precondition):
+        t = premise.threshold
+        values = tuple(v - t for v in _values(premise, measurements))
+        direction = "greater" if premise.op == ">=" else "less"
+        label, reason = verdict(values, direction, 0.0, source=premise.source)
+        values = tuple(v + t for v in values)
+        reason = f"{reason} (shifted by the threshold {t:g})"
+        margin, source, unit = t, premise.source, ""
+    else:
+        values = _values(premise, measurements)
+        direction, margin, source, unit = (
+            premise.direction,
+            premise.margin.value,
+            premise.margin.source,
+            premise.unit,
+        )
+        label, reason = verdict(values, direction, margin, source=source)
+    mean, _, lo, hi = interval([v for v in values if math.isfinite(v)])
+    return PremiseVerdict(
+        premise.name,
+        premise.description,
+        values,
+        mean,
+        lo,
+        hi,
+        direction if isinstance(premise, Premise) else premise.op,
+        margin,
+        source,
+        unit,
+        label == "supported",
+        reason,
+        premise.gates or tuple(effect_names),
+    )
+
+
+@dataclass(frozen=True)
+class CheckVerdict(Record):
+    """A check's outcome: "verified" or "failed", with the measured value."""
+
+    name: str
+    description: str
+    status: str
+    value: float
+    detail: str
+
+
+@dataclass(frozen=True)
+class ClaimVerdict:
+    """Everything the rule decided about one claim at one scale.
+
+    Attributes:
+        verdict, reason: the claim's label and its why-line.
+        effects: the primary's verdict, then the secondaries'.
+        checks: the implementation checks.
+        premises: the premises, with intervals.
+        divergences: ``{"seed", "arm", "step", "last"}`` for every diverged training run.
+        tuning: ``{"seed", "arm", "chosen", "trials", "val", "on_edge", ...}`` per tuned arm.
+        null: the primary's null calibration (see :mod:`normlab.claims.calibration`), or
+            None when not computed.
+        robustness: the primary's verdict at each free setting's neighbours.
+    """
+
+    verdict: str
+    reason: str
+    effects: tuple[EffectVerdict, ...]
+    checks: tuple[CheckVerdict, ...]
+    premises: tuple[PremiseVerdict, ...]
+    divergences: tuple[dict[str, Any], ...] = ()
+    tuning: tuple[dict[str, Any], ...] = ()
+    null: dict[str, Any] | None = None
+    robustness: tuple[dict[str, Any], ...] = field(default=())
+
+    @property
+    def primary(self) -> EffectVerdict | None:
+        return self.effects[0] if self.effects else None
+
+
+def _collect(measurements: Sequence[Measurement], seeds: Sequence[int], key: str):
+    out = []
+    for seed, m in zip(seeds, measurements, strict=False):
+        for arm, record in (m.get(key) or {}).items():
+            out.append({"seed": seed, "arm": arm, **record})
+    return tuple(out)
+
+
+def _checks(claim: Claim, outcomes: Mapping[str, CheckOutcome]) -> tuple[CheckVerdict, ...]:
+    return tuple(
+        CheckVerdict(
+            c.name,
+            c.description,
+            "verified" if outcomes[c.name].passed else "failed",
+            float(outcomes[c.name].value),
+            outcomes[c.name].detail,
+        )
+        if c.name in outcomes
+        else CheckVerdict(c.name, c.description, "failed", math.nan, "the check did not run")
+        for c in claim.checks
+    )
+
+
+def judge_claim(
+    claim: Claim,
+    measurements: Sequence[Measurement],
+    check_outcomes: Mapping[str, CheckOutcome] | None = None,
+    failed_tasks: int = 0,
+    seeds: Sequence[int] | None = None,
+) -> ClaimVerdict:
+    """The claim's verdict: its primary effect's, unless a check or a task failed, or the
+    rule itself raised ("error"), or a premise gating the primary failed ("untestable")."""
+    checks = _checks(claim, dict(check_outcomes or {}))
+    seeds = list(seeds) if seeds is not None else list(range(len(measurements)))
+    try:
+        names = [e.name for e in claim.effects]
+        pres = tuple(
+            judge_premise(p, measurements, names) for p in (*claim.premises, *claim.preconditions)
+        )
+        failed_pres = [p for p in pres if not p.held]
+        effects = []
+        roles = ["primary"] + ["secondary"] * len(claim.secondary)
+        for role, effect in zip(roles, claim.effects, strict=True):
+            ev = judge_effect(effect, measurements, role)
+            gating = [p for p in failed_pres if effect.name in p.gates]
+            if gating:
+                why = "; ".join(f"premise {p.name} not shown ({p.reason})" for p in gating)
+                ev = replace(
+                    ev,
+                    verdict="untestable",
+                    reason=f"untestable at this scale: {why}; the values would say "
+                    f"{ev.would_be} ({ev.reason})",
+                )
+            effects.append(ev)
+    except Exception as err:  # any failure of an effect, premise or check is this claim's
+        return ClaimVerdict(
+            "error",
+            f"the rule could not evaluate the claim: {type(err).__name__}: {err}",
+            (),
+            checks,
+            (),
+        )
+    failed_checks = [c.name for c in checks if c.status == "failed"]
+    primary = effects[0]
+    if failed_tasks:
+        label, reason = "error", f"{failed_tasks} task(s) failed"
+    elif failed_checks:
+        label, reason = "error", f"implementation check(s) failed: {', '.join(failed_checks)}"
+    elif not measurements:
+        label, reason = "error", "no seed produced a measurement"
+    else:
+        label, reason = primary.verdict, primary.reason
+    return ClaimVerdict(
+        label,
+        reason,
+        tuple(effects),
+        checks,
+        pres,
+        _collect(measurements, seeds, "diverged"),
+        _collect(measurements, seeds, "tuning"),
+    )

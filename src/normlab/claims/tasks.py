@@ -1,0 +1,203 @@
+"""One task of a claim: a (claim, scale, seed) run or a claim's checks, its cache key and
+its result record.
+
+A task's key hashes the claim's id, scale, seed, config (with any robustness override) and
+version, the source of every normlab module the claim's module imports, directly or not,
+C++ included (:mod:`normlab._sources`), and the torch and Python versions and the thread
+count: a change anywhere a result depends on recomputes it. Every task runs with
+:data:`THREADS` torch threads, whatever ``--jobs`` is, so results never depend on how many
+tasks share the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from normlab._io import content_hash
+from normlab._sources import closure_hash
+from normlab.claims.core import Claim, get_claim
+
+__all__ = [
+    "CHECKS",
+    "THREADS",
+    "TaskResult",
+    "claim_modules",
+    "run_task",
+    "task_config",
+    "task_key",
+    "usable",
+]
+
+#: The ``seed`` of a claim's checks task (it has no seed: it runs once per scale).
+CHECKS = None
+#: Threads every task runs with, whatever ``--jobs`` is: results never depend on how many
+#: tasks share the machine (the count is recorded in each task and hashed in its key).
+THREADS = 1
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """The outcome of one task: a (claim, scale, seed) run, or a claim's checks at a scale.
+
+    Attributes:
+        claim_id: the claim's id.
+        scale: the scale it ran at.
+        seed: the seed, or None for the checks task.
+        key: the cache key.
+        status: "ok" or "error".
+        measurement: the claim's measurement (a seed task) or ``{check name: {"passed",
+            "value", "detail"}}`` (the checks task) when ok.
+        error: the traceback when it failed.
+        seconds: wall time of the task.
+        threads: the torch thread count it ran with.
+        override: config values changed for a robustness rerun (None for the main run).
+        cached: whether this result was read from the cache rather than computed now.
+    """
+
+    claim_id: str
+    scale: str
+    seed: int | None
+    key: str
+    status: str
+    measurement: dict[str, Any] | None
+    error: str | None
+    seconds: float
+    threads: int = THREADS
+    override: dict[str, Any] | None = None
+    cached: bool = False
+
+    @property
+    def is_checks(self) -> bool:
+        return self.seed is None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("cached")
+        return out
+
+
+def claim_modules(claim: Claim) -> list[str]:
+    """The modules that define a claim's functions (its run, effects, checks, figure)."""
+    effects = [p for e in claim.effects for p in (e, *e.parts)]
+    fns = [claim.run, claim.figure, *(e.fn for e in effects)]
+    fns += [c.fn for c in claim.checks]
+    fns += [p.fn for p in (*claim.premises, *claim.preconditions)]
+    return sorted({f.__module__ for f in fns if f is not None and hasattr(f, "__module__")})
+
+
+def task_config(claim: Claim, scale: str, override: dict[str, Any] | None = None):
+    """The config a task runs with: the claim's at ``scale``, with ``override`` applied."""
+    return {**claim.config(scale), **(override or {})}
+
+
+def task_key(
+    claim: Claim,
+    scale: str,
+    seed: int | None,
+    *,
+    code: str | None = None,
+    override: dict[str, Any] | None = None,
+) -> str:
+    """The cache key of a task: changes when the claim's config or version changes, the
+    source of any normlab module it imports (directly or not, its C++ included) changes,
+    or torch, Python or the task's thread count change.
+
+    Args:
+        claim: the claim.
+        scale: the scale.
+        seed: the seed, or None for the checks task.
+        code: the claim's :func:`~normlab._sources.closure_hash` when already computed.
+        override: config values of a robustness rerun.
+    """
+    import platform
+
+    import torch
+
+    return content_hash(
+        {
+            "claim": claim.id,
+            "scale": scale,
+            "seed": "checks" if seed is None else seed,
+            "config": task_config(claim, scale, override),
+            "version": claim.version,
+            "code": code or closure_hash(claim_modules(claim)),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "threads": THREADS,
+        }
+    )
+
+
+def _find_claim(claim_id: str, module: str | None) -> Claim:
+    """The claim ``claim_id``: from ``module``'s globals when given (so claims defined
+    outside the catalogue run in workers too), else from the catalogue."""
+    if module is not None:
+        import importlib
+
+        namespace = vars(importlib.import_module(module))
+        for value in namespace.values():
+            if isinstance(value, Claim) and value.id == claim_id:
+                return value
+    return get_claim(claim_id)
+
+
+def _run_checks(claim: Claim, config: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for check in claim.checks:
+        outcome = check.fn(config)
+        value = float(outcome.value)
+        out[check.name] = {
+            "passed": bool(outcome.passed),
+            "value": value if math.isfinite(value) else None,
+            "detail": str(outcome.detail),
+        }
+    return out
+
+
+def run_task(
+    claim_id: str,
+    scale: str,
+    seed: int | None,
+    module: str | None = None,
+    key: str | None = None,
+    override: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run one task and return its :class:`TaskResult` as a dict; never raises.
+
+    This is the function a worker process (or Ray) executes, with :data:`THREADS` torch
+    threads. ``seed=None`` runs the claim's checks; ``override`` changes config values (a
+    robustness rerun).
+    """
+    import torch
+
+    caller_threads = torch.get_num_threads()  # restored below: in-process tasks share it
+    torch.set_num_threads(THREADS)
+    start = time.perf_counter()
+    try:
+        claim = _find_claim(claim_id, module)
+        key = key or task_key(claim, scale, seed, override=override)
+        config = task_config(claim, scale, override)
+        measurement = _run_checks(claim, config) if seed is None else claim.run(config, seed)
+        json.dumps(measurement, allow_nan=True)  # JSON-serialisable numbers only
+        if seed is not None and not isinstance(measurement.get("table"), dict):
+            raise TypeError("A claim's run must return a dict with a 'table'.")
+        status, error = "ok", None
+    except Exception:
+        measurement, status, error = None, "error", traceback.format_exc()
+    seconds = time.perf_counter() - start
+    torch.set_num_threads(caller_threads)
+    return TaskResult(
+        claim_id, scale, seed, key or "", status, measurement, error, seconds, THREADS, override
+    ).to_dict()
+
+
+def usable(result: TaskResult) -> bool:
+    """Whether an "ok" task holds a measurement a verdict can use."""
+    if not isinstance(result.measurement, dict):
+        return False
+    return result.seed is None or isinstance(result.measurement.get("table"), dict)

@@ -1,0 +1,273 @@
+"""Per-operation timing for ``normlab bench``: the kernels against torch, eager, compiled, copy.
+
+Absolute times on shared machines are noise; ratios measured in the same run are not. For
+each operation, shape, dtype and mode (forward, forward+backward) every variant is timed
+interleaved with the others (ABC ABC ...), over several repeats, and the median kept:
+
+- ``normlab``: :mod:`normlab.kernels` (the layers' default path),
+- ``torch``: torch's own op where one exists (``F.rms_norm``, ``F.layer_norm``),
+- ``eager``: normlab's plain path (:mod:`normlab.functional`, the layers'
+  ``backend="torch"``, with its overflow guard),
+- ``compiled``: ``torch.compile`` of the textbook formula in float32 (no overflow guard,
+  whose data-dependent branch would break the graph): the strongest compiled peer,
+- ``liger``: Liger-Kernel's op on CUDA when ``liger-kernel`` is installed,
+- ``copy``: ``out.copy_(x)`` into a preallocated tensor, the bandwidth bound.
+
+``x copy`` is the least traffic of the op (forward: read x, write y; forward+backward: that
+plus read x and dy, write dx; parameters are negligible) over the time, divided by the
+copy's bandwidth: 1.0 means the op runs at the memory limit.
+
+Allocation regimes: an op returns a fresh output. glibc serves blocks above its mmap
+ceiling (at most 32 MB) with fresh pages from the kernel, and faulting them in costs more
+than the arithmetic. :func:`fresh_output_regime` measures the default allocator (run it
+before :func:`keep_freed_memory`); the main table is measured after it, with freed memory
+kept in the process, as a caching allocator (jemalloc, tcmalloc, ``MALLOC_MMAP_MAX_=0``)
+does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from normlab import functional as NF
+from normlab import kernels as K
+
+__all__ = [
+    "OPS",
+    "SHAPES",
+    "bench_op",
+    "fresh_output_regime",
+    "keep_freed_memory",
+    "median_times",
+]
+
+OPS = ("rmsnorm", "layernorm", "dyt", "softmax1", "add_rmsnorm")
+#: The issue's two shapes (8M elements each).
+SHAPES = ((8192, 1024), (2048, 4096))
+#: Least traffic in units of the input's size: (forward, forward+backward).
+_TRAFFIC = {"add_rmsnorm": (4, 8)}
+_EPS = 1e-6
+
+Fn = Callable[..., Any]
+
+
+def _reference(op: str) -> Fn:
+    return {
+        "rmsnorm": lambda x, w, b, r: NF.rms_norm(x, (x.shape[-1],), w, _EPS),
+        "layernorm": lambda x, w, b, r: NF.layer_norm(x, (x.shape[-1],), w, b),
+        "dyt": lambda x, w, b, r: NF.dyt(x, b[:1], w, b),
+        "add_rmsnorm": lambda x, w, b, r: NF.rms_norm(x + r, (x.shape[-1],), w, _EPS),
+        "softmax1": lambda x, w, b, r: NF.softmax1(x),
+    }[op]
+
+
+def _textbook(op: str) -> Fn:
+    """The formula as a user would write it for ``torch.compile``: float32, no guards."""
+
+    def rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + _EPS) * w.float()).to(x.dtype)
+
+    def softmax1(x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        m = xf.amax(-1, keepdim=True).clamp_min(0.0)
+        e = torch.exp(xf - m)
+        return (e / (torch.exp(-m) + e.sum(-1, keepdim=True))).to(x.dtype)
+
+    return {
+        "rmsnorm": lambda x, w, b, r: rms(x, w),
+        "layernorm": lambda x, w, b, r: F.layer_norm(
+            x.float(), (x.shape[-1],), w.float(), b.float()
+        ).to(x.dtype),
+        "dyt": lambda x, w, b, r: (
+            torch.tanh(b[:1].float() * x.float()) * w.float() + b.float()
+        ).to(x.dtype),
+        "add_rmsnorm": lambda x, w, b, r: rms(x + r, w),
+        "softmax1": lambda x, w, b, r: softmax1(x),
+    }[op]
+
+
+def _fast(op: str) -> Fn:
+    return {
+        "rmsnorm": lambda x, w, b, r: K.rms_norm(x, (x.shape[-1],), w, _EPS),
+        "layernorm": lambda x, w, b, r: K.layer_norm(x, (x.shape[-1],), w, b),
+        "dyt": lambda x, w, b, r: K.dyt(x, b[:1], w, b),
+        "add_rmsnorm": lambda x, w, b, r: K.add_rms_norm(x, r, (x.shape[-1],), w, _EPS)[1],
+        "softmax1": lambda x, w, b, r: K.softmax1(x),
+    }[op]
+
+
+def _torch_op(op: str) -> Fn | None:
+    if op == "rmsnorm":
+        return lambda x, w, b, r: F.rms_norm(x, (x.shape[-1],), w, _EPS)
+    if op == "layernorm":
+        return lambda x, w, b, r: F.layer_norm(x, (x.shape[-1],), w, b)
+    if op == "add_rmsnorm":
+        return lambda x, w, b, r: F.rms_norm(x + r, (x.shape[-1],), w, _EPS)
+    return None
+
+
+def _liger_op(op: str, d: int, device: str) -> Fn | None:
+    if device != "cuda":
+        return None
+    try:
+        from liger_kernel.transformers.layer_norm import LigerLayerNorm
+        from liger_kernel.transformers.rms_norm import LigerRMSNorm
+    except ImportError:
+        return None
+    if op == "rmsnorm":
+        m = LigerRMSNorm(d, eps=_EPS).to(device)
+        return lambda x, w, b, r: m(x)
+    if op == "layernorm":
+        m = LigerLayerNorm(d).to(device)
+        return lambda x, w, b, r: m(x)
+    return None
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_times(
+    fns: dict[str, Callable[[], Any]], device: str, repeats: int, min_time: float
+) -> dict[str, list[float]]:
+    """Seconds per call of each function in each of ``repeats`` interleaved rounds.
+
+    Each function is called twice first (warm-up, compilation), then every round times
+    each function for about ``min_time`` seconds, in a rotating order.
+    """
+    counts = {}
+    for name, fn in fns.items():
+        fn()
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        counts[name] = max(1, int(min_time / max(time.perf_counter() - start, 1e-6)))
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
+    for rep in range(repeats):
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            fn, n = fns[name], counts[name]
+            _sync(device)
+            start = time.perf_counter()
+            for _ in range(n):
+                fn()
+            _sync(device)
+            samples[name].append((time.perf_counter() - start) / n)
+    return samples
+
+
+def _inputs(shape: tuple[int, int], dtype: torch.dtype, device: str) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    x, r, g = (torch.randn(shape, generator=gen).to(device=device, dtype=dtype) for _ in range(3))
+    w = torch.ones(shape[1], device=device, dtype=dtype)  # parameters in the model's dtype
+    b = torch.full((shape[1],), 0.5, device=device, dtype=dtype)
+    return [x, w, b, r, g]
+
+
+def bench_op(
+    op: str,
+    shape: tuple[int, int],
+    dtype: torch.dtype,
+    *,
+    backward: bool = False,
+    device: str = "cpu",
+    compile: bool = True,
+    repeats: int = 5,
+    min_time: float = 0.1,
+) -> dict[str, Any]:
+    """Time every variant of ``op`` on one ``(rows, d)`` input; return one record."""
+    x, w, b, r, g = _inputs(shape, dtype, device)
+    out = torch.empty_like(x)
+    variants: dict[str, Fn] = {"normlab": _fast(op), "eager": _reference(op)}
+    for name, fn in (("torch", _torch_op(op)), ("liger", _liger_op(op, shape[1], device))):
+        if fn is not None:
+            variants[name] = fn
+    if compile:
+        variants["compiled"] = torch.compile(_textbook(op), dynamic=False)
+    leaves = [t.detach().requires_grad_(backward) for t in (x, w, b, r)]
+
+    def call(fn: Fn) -> Callable[[], Any]:
+        if not backward:
+            return lambda: fn(*leaves)
+        return lambda: torch.autograd.grad(fn(*leaves), leaves[:2], g, allow_unused=True)
+
+    fns = {name: call(fn) for name, fn in variants.items()}
+    fns["copy"] = lambda: out.copy_(x)
+    with torch.set_grad_enabled(backward):
+        samples = median_times(fns, device, repeats, min_time)
+    times = {k: statistics.median(v) for k, v in samples.items()}
+    traffic = _TRAFFIC.get(op, (2, 5))[int(backward)] * x.numel() * x.element_size()
+    copy_gbs = 2 * x.numel() * x.element_size() / times["copy"] / 1e9
+    gbs = {k: traffic / t / 1e9 for k, t in times.items() if k != "copy"}
+    return {
+        "op": op,
+        "shape": list(shape),
+        "dtype": str(dtype).removeprefix("torch."),
+        "mode": "fwd+bwd" if backward else "fwd",
+        "device": device,
+        "seconds": times,
+        "spread": {k: [min(v), max(v)] for k, v in samples.items()},
+        "gbs": gbs,
+        "copy_gbs": copy_gbs,
+        "x_copy": {k: v / copy_gbs for k, v in gbs.items()},
+        "speedup": {k: t / times["normlab"] for k, t in times.items() if k != "copy"},
+    }
+
+
+def _fresh_fns(fast: Fn, *args: torch.Tensor) -> dict[str, Callable[[], Any]]:
+    x, w, b, r, out = args
+    return {"normlab": lambda: fast(x, w, b, r), "clone": x.clone, "copy": lambda: out.copy_(x)}
+
+
+def fresh_output_regime(
+    ops: Sequence[str],
+    shapes: Sequence[tuple[int, int]],
+    dtypes: Sequence[torch.dtype],
+    *,
+    repeats: int,
+    min_time: float,
+) -> list[dict[str, Any]]:
+    """Forward time of each op and of ``x.clone()``, both returning fresh outputs, against
+    ``out.copy_(x)`` into a preallocated tensor, with whatever allocator runs now."""
+    records = []
+    for op in ops:
+        fast = _fast(op)
+        for shape in shapes:
+            for dtype in dtypes:
+                x, w, b, r, _ = _inputs(shape, dtype, "cpu")
+                out = torch.empty_like(x)
+                fns = _fresh_fns(fast, x, w, b, r, out)
+                with torch.no_grad():
+                    samples = median_times(fns, "cpu", repeats, min_time)
+                t = {k: statistics.median(v) for k, v in samples.items()}
+                units = _TRAFFIC.get(op, (2, 5))[0] / 2
+                records.append({
+                    "op": op, "shape": list(shape), "dtype": str(dtype).removeprefix("torch."),
+                    "seconds": t, "normlab_x_copy": units * t["copy"] / t["normlab"],
+                    "clone_x_copy": t["copy"] / t["clone"],
+                })  # fmt: skip
+    return records
+
+
+def keep_freed_memory() -> bool:
+    """Tell glibc to serve every block from the heap and never return freed memory, as a
+    caching allocator does (``mallopt``; the same as ``MALLOC_MMAP_MAX_=0`` and a large
+    ``MALLOC_TRIM_THRESHOLD_``). Returns whether it took effect (glibc on Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(-4, 0)) and bool(libc.mallopt(-1, 2**31 - 1))
+    return False

@@ -1,0 +1,162 @@
+"""One training loop for every model normlab trains: batches, steps, optimizer groups, a
+learning-rate schedule, gradient clipping, evaluations, progress, and divergence as an
+outcome.
+
+A run whose loss turns non-finite (or exceeds ``diverge_above``) stops there and returns a
+:class:`Divergence` (the step and the last finite loss) instead of raising: a diverged arm
+is a result the claims count (see :mod:`normlab.claims.protocol`), never an error.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from normlab._progress import report_progress
+
+__all__ = ["Divergence", "FitResult", "fit"]
+
+Batch = Any
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a run diverged: the step whose loss was not finite (or too large), and the
+    last finite training loss before it (NaN when the first step diverged)."""
+
+    step: int
+    last: float
+
+    def record(self) -> dict[str, Any]:
+        """The JSON record a claim writes under its measurement's ``"diverged"``."""
+        return {"step": self.step, "last": self.last if math.isfinite(self.last) else None}
+
+
+@dataclass
+class FitResult:
+    """What :func:`fit` did.
+
+    Attributes:
+        steps: optimizer steps completed.
+        losses: the training loss of every completed step.
+        evals: ``(step, value)`` of every evaluation.
+        diverged: the :class:`Divergence`, or None when the run finished.
+        seconds: wall time of the loop.
+    """
+
+    steps: int = 0
+    losses: list[float] = field(default_factory=list)
+    evals: list[tuple[int, float]] = field(default_factory=list)
+    diverged: Divergence | None = None
+    seconds: float = 0.0
+
+    @property
+    def final_loss(self) -> float:
+        """The last step's training loss (NaN when no step completed)."""
+        return self.losses[-1] if self.losses else math.nan
+
+
+def _batches(batches: Callable[[int], Batch] | Iterable[Batch]) -> Callable[[int], Batch]:
+    if callable(batches):
+        return batches
+    iterator: Iterator[Batch] = iter(batches)
+
+    def take(step: int) -> Batch:
+        try:
+            return next(iterator)
+        except StopIteration:
+            raise ValueError(
+                f"The batches ran out at step {step}; pass more batches, fewer steps, or a "
+                "function step -> batch."
+            ) from None
+
+    return take
+
+
+def fit(
+    model: torch.nn.Module,
+    loss_fn: Callable[[torch.nn.Module, Batch], torch.Tensor],
+    batches: Callable[[int], Batch] | Iterable[Batch],
+    steps: int,
+    optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
+    *,
+    schedule: Callable[[int], float] | None = None,
+    grad_clip: float = 0.0,
+    seed: int | None = None,
+    eval_fn: Callable[[torch.nn.Module], float] | None = None,
+    eval_every: int = 0,
+    after_step: Callable[[int, torch.Tensor], None] | None = None,
+    progress: str | None = None,
+    diverge_above: float = math.inf,
+) -> FitResult:
+    """Train ``model`` for ``steps`` optimizer steps.
+
+    Args:
+        model: the module; put in train mode before every step.
+        loss_fn: ``(model, batch) -> scalar loss``.
+        batches: ``step -> batch`` or an iterable of batches.
+        steps: optimizer steps.
+        optimizers: one optimizer or several (e.g. MACRO for matrices, AdamW for the rest).
+        schedule: ``step -> factor`` on every group's initial learning rate (warm-up,
+            decay); None keeps the rates fixed.
+        grad_clip: global gradient-norm clip over the model's parameters (0 disables).
+        seed: seed torch's global generator first (dropout, sampling inside the loss).
+        eval_fn: ``model -> value`` evaluated every ``eval_every`` steps and at the end.
+        eval_every: evaluation period in steps (0: only at the end).
+        after_step: ``(step, loss) -> None`` after each optimizer step (projections such as
+            nGPT's renormalisation, logging).
+        progress: a label for :func:`normlab._progress.report_progress`, or None.
+        diverge_above: a finite loss above this also counts as divergence.
+    """
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps}.")
+    opts = [optimizers] if isinstance(optimizers, torch.optim.Optimizer) else list(optimizers)
+    if not opts:
+        raise ValueError("fit needs at least one optimizer.")
+    if seed is not None:
+        torch.manual_seed(seed)
+    for opt in opts:
+        for group in opt.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+    take = _batches(batches)
+    params = [p for p in model.parameters() if p.requires_grad]
+    result = FitResult()
+    start = time.perf_counter()
+    for step in range(steps):
+        if schedule is not None:
+            factor = float(schedule(step))
+            for opt in opts:
+                for group in opt.param_groups:
+                    group["lr"] = group["initial_lr"] * factor
+        model.train()
+        loss = loss_fn(model, take(step))
+        value = float(loss.detach())
+        if not math.isfinite(value) or value > diverge_above:
+            result.diverged = Divergence(step, result.final_loss)
+            break
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        for opt in opts:
+            opt.step()
+        result.steps = step + 1
+        result.losses.append(value)
+        if after_step is not None:
+            after_step(step, loss.detach())
+        if progress is not None:
+            report_progress(progress, step + 1, steps)
+        if eval_fn is not None and eval_every and (step + 1) % eval_every == 0:
+            result.evals.append((step + 1, float(eval_fn(model))))
+    if eval_fn is not None and result.diverged is None and (
+        not result.evals or result.evals[-1][0] != result.steps
+    ):
+        result.evals.append((result.steps, float(eval_fn(model))))
+    result.seconds = time.perf_counter() - start
+    return result

@@ -1,0 +1,79 @@
+"""Every registered claim follows the v3 protocol: a premise, a declared search (or a reason
+for none), timings only in exclusive claims, and a primary whose null calibration holds."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+
+from normlab.claims.calibration import NULL_LIMIT, null_calibration
+from normlab.claims.core import all_claims
+from normlab.claims.protocol import searches
+
+CLAIMS = all_claims()
+IDS = [c.id for c in CLAIMS]
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=IDS)
+def test_every_claim_declares_a_premise(claim):
+    assert claim.premises, f"{claim.id}: no premise (the phenomenon the baseline must show)"
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=IDS)
+def test_every_claim_declares_its_search_or_why_not(claim):
+    if claim.untuned:
+        assert len(claim.untuned.splitlines()) == 1 and len(claim.untuned) > 20, (
+            f"{claim.id}: untuned must be one line saying why nothing is tuned"
+        )
+        assert "todo" not in claim.untuned.lower()
+        return
+    for scale in ("smoke", "quick", "full"):
+        spaces = searches(claim.config(scale))  # raises on unequal trial counts
+        assert spaces, f"{claim.id}: empty search at {scale}"
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=IDS)
+def test_timings_belong_to_exclusive_claims(claim):
+    timing = [e.name for e in claim.effects if e.is_timing]
+    assert not timing or claim.exclusive, f"{claim.id}: timing effects {timing}"
+
+
+def _noisy_seeds(measurement, n, rng):
+    """``n`` measurements built from one smoke measurement: every numeric cell scaled by a
+    small independent random factor (the arms stay as the smoke run left them)."""
+    out = []
+    for _ in range(n):
+        m = copy.deepcopy(measurement)
+        for row in m["table"].values():
+            for key, value in row.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    row[key] = value * math.exp(rng.normal(0.0, 0.05)) + rng.normal(0, 1e-9)
+        out.append(m)
+    return out
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=IDS)
+def test_primary_null_calibration(claim, smoke_measurement):
+    """Permuting the primary's arms within seeds: "supported" (superiority) and "opposite
+    direction" each at most 5% (DESIGN.md, null calibration)."""
+    primary = claim.primary
+    assert primary.groups, (
+        f"{claim.id}: the primary names no arms to exchange (set method= and baseline=, "
+        "parts=, or exchangeable=)"
+    )
+    base = smoke_measurement(claim.id)
+    rng = np.random.default_rng(0)
+    n = int(claim.config("quick")["seeds"])
+    null = null_calibration(primary, _noisy_seeds(base, n, rng), draws=400)
+    assert null is not None
+    assert null["opposite_rate"] <= NULL_LIMIT, null
+    if null["superiority"]:
+        assert null["supported_rate"] <= NULL_LIMIT, null
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=IDS)
+def test_quick_scale_runs_at_least_five_seeds(claim):
+    assert int(claim.config("quick")["seeds"]) >= 5, claim.id

@@ -1,0 +1,259 @@
+"""The verdict rule: t-interval against the margin, its rates by simulation (at zero, at the
+margin, power), intersection-union effects, premises, divergence outcomes, rule errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from normlab.claims import Check, CheckOutcome, Effect, Margin, Precondition, Premise
+from normlab.claims.rule import interval, judge_claim, judge_effect, verdict
+from tests.claims._toys import CHOICE, toy_claim, toy_effect, toy_measurements
+
+
+@pytest.mark.parametrize(
+    ("values", "direction", "margin", "expected", "why"),
+    [
+        ([0.10, 0.12, 0.11], "greater", 0.0, "supported", "above"),
+        ([0.10, 0.12, 0.11], "greater", 0.2, "contradicted", "smaller than the margin"),
+        ([-0.10, -0.12, -0.11], "greater", 0.0, "contradicted", "opposite direction"),
+        ([-0.10, -0.12, -0.11], "greater", 0.05, "contradicted", "opposite direction"),
+        ([0.1, -0.1, 0.05], "greater", 0.0, "inconclusive", "crosses"),
+        ([0.15, 0.25, 0.2], "greater", 0.2, "inconclusive", "crosses"),
+        ([-0.10, -0.12, -0.11], "less", 0.05, "supported", "below"),
+        ([0.10, 0.12, 0.11], "less", 0.0, "contradicted", "opposite direction"),
+        ([-0.01, -0.012, -0.011], "less", 0.05, "contradicted", "smaller than the margin"),
+        ([0.01, 0.012, 0.011], "no_greater", 0.03, "supported", "below"),
+        ([0.05, 0.052, 0.051], "no_greater", 0.03, "contradicted", "worse than the margin"),
+        ([0.02, 0.04, 0.03], "no_greater", 0.03, "inconclusive", "crosses"),
+        ([-0.01, -0.012, -0.011], "no_less", 0.03, "supported", "above"),
+        ([-0.05, -0.052, -0.051], "no_less", 0.03, "contradicted", "worse than the margin"),
+        ([0.3], "greater", 0.0, "inconclusive", "at least 2"),
+        ([0.3, math.nan, 0.4], "greater", 0.0, "inconclusive", "non-finite"),
+    ],
+)
+def test_verdict_rule(values, direction, margin, expected, why):
+    label, reason = verdict(values, direction, margin)
+    assert label == expected, reason
+    assert why in reason
+
+
+def test_interval_is_the_t_interval():
+    vals = [1.0, 2.0, 4.0, 3.5]
+    mean, se, lo, hi = interval(vals)
+    ref = stats.t.interval(0.95, len(vals) - 1, loc=np.mean(vals), scale=stats.sem(vals))
+    assert mean == pytest.approx(np.mean(vals))
+    assert se == pytest.approx(stats.sem(vals))
+    assert (lo, hi) == pytest.approx(ref, rel=1e-12)
+    wide = interval(vals, 0.99)
+    assert wide[2] < lo and wide[3] > hi
+
+
+def _rates(effect_mean, n, margin, trials=4000, seed=0):
+    rng = np.random.default_rng(seed + n)
+    labels, reasons = [], []
+    for _ in range(trials):
+        label, reason = verdict(rng.normal(effect_mean, 1.0, n), "greater", margin)
+        labels.append(label)
+        reasons.append(reason)
+    supported = labels.count("supported") / trials
+    opposite = sum("opposite" in r for r in reasons) / trials
+    smaller = sum("smaller than the margin" in r for r in reasons) / trials
+    return supported, opposite, smaller
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_rates_at_a_true_zero_effect(n):
+    supported, opposite, _ = _rates(0.0, n, margin=0.0)
+    # Each side of a 95% two-sided interval excludes 0 with probability 2.5%.
+    assert supported <= 0.05 and opposite <= 0.05, (supported, opposite)
+    assert supported > 0.005 and opposite > 0.005  # the rule is not simply inert
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_rates_at_the_margin(n):
+    """A true effect equal to the margin: "supported" and "contradicted" each <= 5%."""
+    m = 0.5
+    rng = np.random.default_rng(7 + n)
+    labels = [verdict(rng.normal(m, 1.0, n), "greater", m)[0] for _ in range(4000)]
+    assert labels.count("supported") / 4000 <= 0.05
+    assert labels.count("contradicted") / 4000 <= 0.05
+
+
+def test_a_precise_null_against_its_margin_is_contradicted():
+    """Half the margin, measured precisely: "smaller than the margin" (v2 said
+    inconclusive forever)."""
+    rng = np.random.default_rng(3)
+    labels = [verdict(rng.normal(0.5, 0.1, 5), "greater", 1.0) for _ in range(2000)]
+    share = sum(lab == "contradicted" and "smaller" in r for lab, r in labels) / 2000
+    assert share > 0.95
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_power_at_three_standard_errors(n):
+    """A true effect of 3 SE is detected as often as the noncentral t says (n=5: ~0.50)."""
+    supported, _, _ = _rates(3.0 / math.sqrt(n), n, margin=0.0, seed=100)
+    crit = stats.t.ppf(0.975, n - 1)
+    expected = float(stats.nct.sf(crit, n - 1, 3.0))
+    assert supported == pytest.approx(expected, abs=0.03)
+
+
+def _part(name, key):
+    return Effect(
+        name,
+        f"method minus {key}",
+        lambda m, key=key: m["table"]["method"]["x"] - m["table"][key]["x"],
+        "greater",
+        CHOICE,
+        method="method",
+        baseline=key,
+    )
+
+
+def _three_arms(method, a, b):
+    return [
+        {"table": {"method": {"x": x}, "a": {"x": y}, "b": {"x": z}}}
+        for x, y, z in zip(method, a, b, strict=True)
+    ]
+
+
+def test_intersection_union_effect():
+    every = Effect(
+        "beats_all",
+        "beats a and b",
+        None,
+        "greater",
+        CHOICE,
+        parts=(_part("vs_a", "a"), _part("vs_b", "b")),
+    )
+    assert every.groups == (("method", "a"), ("method", "b"))
+    ms = _three_arms([1.0, 1.1, 1.05, 1.02], [0.0, 0.1, 0.05, 0.0], [0.5, 0.52, 0.55, 0.5])
+    ev = judge_effect(every, ms)
+    assert ev.verdict == "supported" and len(ev.parts) == 2
+    assert ev.values == ev.parts[1].values  # the weakest part is shown (vs b)
+    ms = _three_arms([1.0, 1.1, 1.05, 1.02], [0.0, 0.1, 0.05, 0.0], [2.0, 2.1, 2.2, 2.05])
+    ev = judge_effect(every, ms)
+    assert ev.verdict == "contradicted" and "b:" in ev.reason
+    ms = _three_arms([1.0, 1.1, 1.05, 1.02], [0.0, 0.1, 0.05, 0.0], [1.0, 1.3, 0.8, 1.02])
+    assert judge_effect(every, ms).verdict == "inconclusive"
+
+
+def test_intersection_union_controls_the_union_at_the_corrected_level():
+    """With k = 3 parts at a true zero effect, "contradicted" against any one part stays
+    near 2.5% overall (Bonferroni), where an uncorrected rule gives ~7%."""
+    parts = tuple(_part(f"vs_{k}", k) for k in "abc")
+    every = Effect("all", "beats a, b, c", None, "greater", CHOICE, parts=parts)
+    rng = np.random.default_rng(0)
+    hits = 0
+    for _ in range(600):
+        ms = [
+            {"table": {arm: {"x": float(rng.normal())} for arm in ("method", "a", "b", "c")}}
+            for _ in range(5)
+        ]
+        hits += judge_effect(every, ms).verdict == "contradicted"
+    assert hits / 600 <= 0.05
+
+
+def test_failed_premise_makes_effects_untestable_but_keeps_the_values():
+    premise = Premise(
+        "phenomenon",
+        "baseline kurtosis above 10",
+        lambda m: float(m["table"]["method"]["k"]),
+        "greater",
+        Margin(10.0, "normlab's choice: test"),
+    )
+    claim = toy_claim(premises=(premise,))
+    low = toy_measurements(("x", [0.5, 0.6, 0.55]), ("k", [3.0, 3.1, 2.9]))
+    result = judge_claim(claim, low)
+    assert result.verdict == "untestable"
+    assert "phenomenon" in result.reason and "would say supported" in result.reason
+    assert result.effects[0].would_be == "supported"
+    assert result.effects[0].mean == pytest.approx(0.55)
+    assert not result.premises[0].held
+    high = toy_measurements(("x", [0.5, 0.6, 0.55]), ("k", [30.0, 31.0, 29.0]))
+    assert judge_claim(claim, high).verdict == "supported"
+
+
+def test_preconditions_are_judged_by_the_interval_not_the_mean():
+    pre = Precondition(
+        "big", "kurtosis", lambda m: float(m["table"]["method"]["k"]), ">=", 10.0, "test"
+    )
+    claim = toy_claim(preconditions=(pre,))
+    spiky = toy_measurements(("x", [0.5, 0.6, 0.55, 0.5, 0.6]), ("k", [1.0, 1, 1, 1, 50]))
+    result = judge_claim(claim, spiky)  # mean 10.8 >= 10, but the interval is not
+    assert result.verdict == "untestable" and not result.premises[0].held
+
+
+def test_primary_decides_and_secondary_never_changes_it():
+    claim = toy_claim(primary=toy_effect("p", key="x"), secondary=(toy_effect("s", key="y"),))
+    ms = toy_measurements(("x", [0.5, 0.6, 0.55]), ("y", [-1.0, -1.1, -1.2]))
+    result = judge_claim(claim, ms)
+    assert result.verdict == "supported"
+    assert [e.verdict for e in result.effects] == ["supported", "contradicted"]
+    assert [e.role for e in result.effects] == ["primary", "secondary"]
+
+
+def test_a_diverged_arm_counts_as_its_declared_outcome():
+    effect = Effect(
+        "gap",
+        "baseline minus method bpb",
+        lambda m: m["table"]["base"]["bpb"] - m["table"]["method"]["bpb"],
+        "greater",
+        CHOICE,
+        method="method",
+        baseline="base",
+        if_diverged={"bpb": 8.0},
+    )
+    ms = [
+        {
+            "table": {"method": {"bpb": 2.0}, "base": {"bpb": None}},
+            "diverged": {"base": {"step": 10 + i, "last": 3.0}},
+        }
+        for i in range(3)
+    ]
+    ev = judge_effect(effect, ms)
+    assert ev.verdict == "supported" and ev.mean == pytest.approx(6.0)
+    undeclared = Effect("gap", "d", effect.fn, "greater", CHOICE, method="method", baseline="base")
+    assert judge_effect(undeclared, ms).verdict == "inconclusive"
+    claim = toy_claim(primary=effect)
+    record = judge_claim(claim, ms, seeds=[0, 1, 2])
+    assert [d["seed"] for d in record.divergences] == [0, 1, 2]
+    assert record.divergences[0]["arm"] == "base" and record.divergences[0]["step"] == 10
+
+
+def test_a_failing_effect_makes_the_claim_an_error_not_a_crash():
+    def broken(m):
+        return m["table"]["nobody"]["x"]
+
+    claim = toy_claim(secondary=(Effect("broken", "d", broken, "greater", CHOICE),))
+    result = judge_claim(claim, toy_measurements(("x", [0.5, 0.6, 0.55])))
+    assert result.verdict == "error" and "KeyError" in result.reason
+
+
+def test_failed_check_or_task_is_an_error_not_a_contradiction():
+    check = Check("exact", "a property", lambda config: CheckOutcome(False, 1.0, "off"))
+    claim = toy_claim(checks=(check,))
+    ms = toy_measurements(("x", [0.5, 0.6, 0.55]))
+    assert judge_claim(claim, ms, {"exact": CheckOutcome(False, 1.0)}).verdict == "error"
+    assert judge_claim(claim, ms, {}).verdict == "error"  # a check that did not run
+    assert judge_claim(claim, ms, {"exact": CheckOutcome(True, 0.0)}).verdict == "supported"
+    assert judge_claim(toy_claim(), ms, failed_tasks=1).verdict == "error"
+
+
+def test_degenerate_effect_is_flagged():
+    ev = judge_effect(toy_effect(), toy_measurements(("x", [0.0, 0.0, 0.0])))
+    assert ev.degenerate and ev.verdict == "inconclusive"
+    assert "degenerate" in ev.reason
+
+
+def test_the_readme_states_the_rule_the_code_applies():
+    from pathlib import Path
+
+    from normlab.claims.rule import RULE
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("<!-- rule:start -->")[1].split("<!-- rule:end -->")[0]
+    assert " ".join(block.split()) == " ".join(RULE.split())
