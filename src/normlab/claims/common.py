@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["QUICK_GPT", "cell", "loglog_slope", "mean_table", "seed_everything", "spearman"]
+__all__ = ["QUICK_GPT", "cell", "loglog_slope", "seed_everything", "spearman"]
 
 #: TinyGPT's shape at quick scale, shared so that claims share cached trained models.
 QUICK_GPT = {"d_model": 64, "n_layers": 2, "n_heads": 4, "context": 64}
@@ -32,21 +32,6 @@ def cell(measurement: dict[str, Any], method: str, metric: str) -> float:
         raise KeyError(
             f"No {metric!r} for {method!r} in the table (methods: {methods})."
         ) from None
-
-
-def mean_table(
-    measurements: Sequence[dict[str, Any]],
-) -> dict[str, dict[str, tuple[float, float]]]:
-    """Per method and metric, ``(mean, sd)`` over seeds (sd 0 for one seed)."""
-    out: dict[str, dict[str, tuple[float, float]]] = {}
-    for method in measurements[0]["table"]:
-        out[method] = {}
-        for metric in measurements[0]["table"][method]:
-            vals = np.array([float(m["table"][method][metric]) for m in measurements])
-            with np.errstate(invalid="ignore"):  # an overflow recorded as inf gives sd nan
-                sd = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
-                out[method][metric] = (float(vals.mean()), sd)
-    return out
 
 
 def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
