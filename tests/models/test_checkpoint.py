@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests._tiny_hf import FAMILIES, build, tokens
 
 from normlab.models.checkpoint import load_model, save_model
 from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.surgery import fold_layernorms, replace_norms
+from tests._tiny_hf import FAMILIES, build, tokens
 
 transformers = pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[2]

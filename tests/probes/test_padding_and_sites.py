@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests._tiny_hf import build, tokens
 
 from normlab.probes import outlier_stats, sink_stats
+from tests._tiny_hf import build, tokens
 
 pytest.importorskip("transformers")
 

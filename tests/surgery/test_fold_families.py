@@ -6,11 +6,11 @@ import re
 
 import pytest
 import torch
-from tests._tiny_hf import build, tokens
 
 from normlab.models.checkpoint import load_model, save_model
 from normlab.surgery import fold_layernorms
 from normlab.surgery.fold_gains import center_unembed, fold_rms_gains
+from tests._tiny_hf import build, tokens
 
 pytest.importorskip("transformers")
 

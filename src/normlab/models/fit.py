@@ -154,8 +154,10 @@ def fit(
             report_progress(progress, step + 1, steps)
         if eval_fn is not None and eval_every and (step + 1) % eval_every == 0:
             result.evals.append((step + 1, float(eval_fn(model))))
-    if eval_fn is not None and result.diverged is None and (
-        not result.evals or result.evals[-1][0] != result.steps
+    if (
+        eval_fn is not None
+        and result.diverged is None
+        and (not result.evals or result.evals[-1][0] != result.steps)
     ):
         result.evals.append((result.steps, float(eval_fn(model))))
     result.seconds = time.perf_counter() - start

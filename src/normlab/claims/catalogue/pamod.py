@@ -78,7 +78,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
     "quick": {
         **_COMMON,
-        "seeds": 5,
+        "seeds": 6,
         "cyclic": ["cyclic", "vic_elec_hourly", "epf_prices"],
         "length": 8000,
         "horizons": [96],
