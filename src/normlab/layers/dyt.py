@@ -33,6 +33,13 @@ class DyT(_AffineNorm):
         bias: learn a bias when ``elementwise_affine``.
         backend: ``"kernel"`` runs normlab's fused kernel where it applies
             (:mod:`normlab.kernels`), ``"torch"`` always the plain torch formula.
+
+    Examples:
+        >>> import torch
+        >>> dyt = DyT(4, alpha_init=0.5)
+        >>> x = torch.tensor([[0.0, 2.0, -2.0, 100.0]])
+        >>> [round(v, 4) for v in dyt(x).tolist()[0]]
+        [0.0, 0.7616, -0.7616, 1.0]
     """
 
     def __init__(
@@ -90,6 +97,10 @@ def llm_alpha_init(site: str, *, attention: float = 0.8, other: float = 0.2) -> 
     than those in front of the feed-forward block and the final norm (0.2). A site counts as
     "attention" when its qualified module name mentions ``attn``/``attention`` or is the
     first norm of a block (``ln_1``, ``norm1``, ``input_layernorm``).
+
+    Examples:
+        >>> llm_alpha_init("model.layers.0.input_layernorm"), llm_alpha_init("model.norm")
+        (0.8, 0.2)
     """
     lowered = site.lower()
     markers = ("attn", "attention", "ln_1", "norm1", "input_layernorm")

@@ -16,7 +16,12 @@ __all__ = ["LayerNorm", "RMSNorm", "as_shape"]
 
 
 def as_shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
-    """``normalized_shape`` as a tuple of positive ints, with a clear error otherwise."""
+    """``normalized_shape`` as a tuple of positive ints, with a clear error otherwise.
+
+    Examples:
+        >>> as_shape(8), as_shape([4, 2])
+        ((8,), (4, 2))
+    """
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if not shape or any(not isinstance(s, int) or s <= 0 for s in shape):
         raise ValueError(
