@@ -257,3 +257,44 @@ def test_the_readme_states_the_rule_the_code_applies():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     block = readme.split("<!-- rule:start -->")[1].split("<!-- rule:end -->")[0]
     assert " ".join(block.split()) == " ".join(RULE.split())
+
+
+def test_an_effect_declared_for_full_only_is_left_out_at_quick():
+    full_only = Effect(
+        "costly",
+        "needs arms quick does not train",
+        lambda m: m["table"]["absent"]["x"],
+        direction="greater",
+        margin=Margin(0.0, "test"),
+        scales=("full",),
+    )
+    claim = toy_claim(secondary=(full_only,))
+    ms = toy_measurements(("x", [0.5, 0.6, 0.55]))
+    quick = judge_claim(claim, ms, scale="quick")
+    assert [e.name for e in quick.effects] == [claim.primary.name]
+    assert quick.not_measured == ("costly",)
+    # at full (or with no scale) the effect is judged, and its missing arm is an error
+    assert judge_claim(claim, ms, scale="full").verdict == "error"
+
+
+def test_the_primary_cannot_be_full_only():
+    with pytest.raises(ValueError, match="measured at every scale"):
+        toy_claim(
+            primary=Effect(
+                "p",
+                "d",
+                lambda m: 0.0,
+                direction="greater",
+                margin=Margin(0.0, "t"),
+                scales=("full",),
+            )
+        )
+    with pytest.raises(ValueError, match="unknown scales"):
+        Effect(
+            "p",
+            "d",
+            lambda m: 0.0,
+            direction="greater",
+            margin=Margin(0.0, "t"),
+            scales=("medium",),
+        )

@@ -51,6 +51,7 @@ __all__ = [
     "claimed_relation",
     "difference",
     "get_claim",
+    "measured_at",
     "register_claim",
 ]
 
@@ -125,6 +126,9 @@ class Effect:
             nothing (the null calibration permutes rows within each group and seed);
             default: ``((method, baseline),)`` when both are named, the union of the parts'
             groups for an intersection-union effect.
+        scales: the scales at which the effect is measured; empty means every scale. A
+            secondary too costly for the quick budget names ``("full",)``; the report lists
+            it as measured at full scale only. The primary is measured at every scale.
     """
 
     name: str
@@ -138,8 +142,10 @@ class Effect:
     parts: tuple[Effect, ...] = ()
     if_diverged: Mapping[str, float] = field(default_factory=dict)
     exchangeable: tuple[tuple[str, ...], ...] = ()
+    scales: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        _check_scales(f"Effect {self.name!r}", self.scales)
         if self.direction not in DIRECTIONS:
             raise ValueError(
                 f"Effect {self.name!r}: direction {self.direction!r} is not one of {DIRECTIONS}."
@@ -176,6 +182,18 @@ class Effect:
     def is_timing(self) -> bool:
         """Whether the value is a timing (its claim must be exclusive)."""
         return self.unit in TIMING_UNITS or any(p.is_timing for p in self.parts)
+
+
+def _check_scales(what: str, scales: tuple[str, ...]) -> None:
+    unknown = [s for s in scales if s not in SCALES]
+    if unknown:
+        raise ValueError(f"{what}: unknown scales {unknown}; expected a subset of {SCALES}.")
+
+
+def measured_at(item: Effect | Premise | Precondition, scale: str | None) -> bool:
+    """Whether ``item`` (an effect, premise or precondition) is measured at ``scale``
+    (None: at every scale)."""
+    return scale is None or not item.scales or scale in item.scales
 
 
 def _cell(measurement: Measurement, arm: str, metric: str) -> float:
@@ -245,6 +263,7 @@ class Premise:
         unit: the value's unit.
         gates: names of the effects it gates; empty means every effect.
         if_diverged: as for :class:`Effect`.
+        scales: as for :class:`Effect` (a premise of full-only effects is full-only too).
     """
 
     name: str
@@ -255,8 +274,10 @@ class Premise:
     unit: str = ""
     gates: tuple[str, ...] = ()
     if_diverged: Mapping[str, float] = field(default_factory=dict)
+    scales: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        _check_scales(f"Premise {self.name!r}", self.scales)
         if self.direction not in DIRECTIONS:
             raise ValueError(
                 f"Premise {self.name!r}: direction {self.direction!r} is not one of {DIRECTIONS}."
@@ -285,6 +306,7 @@ class Precondition:
         threshold: the bound.
         source: why this bound (the paper's number or normlab's choice).
         gates: names of the effects it gates; empty means every effect.
+        scales: as for :class:`Effect`.
     """
 
     name: str
@@ -294,8 +316,10 @@ class Precondition:
     threshold: float
     source: str
     gates: tuple[str, ...] = ()
+    scales: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        _check_scales(f"Precondition {self.name!r}", self.scales)
         if self.op not in (">=", "<="):
             raise ValueError(f"Precondition {self.name!r}: op must be '>=' or '<='.")
 
@@ -426,6 +450,11 @@ class Claim:
                     f"Claim {self.id!r}: premise {pre.name!r} gates unknown effects "
                     f"{sorted(unknown)}; effects are {names}."
                 )
+        if self.primary.scales:
+            raise ValueError(
+                f"Claim {self.id!r}: the primary {self.primary.name!r} is measured at every "
+                f"scale; drop its scales={self.primary.scales}."
+            )
         timing = [e.name for e in self.effects if e.is_timing]
         if timing and not self.exclusive:
             raise ValueError(

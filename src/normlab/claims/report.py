@@ -149,7 +149,7 @@ def _effect_record(e: Any) -> dict[str, Any]:
 
 
 #: Protocol v3 parts of a verdict, written to the record when the verdict has them.
-_OPTIONAL = ("premises", "divergences", "tuning", "null", "robustness")
+_OPTIONAL = ("premises", "divergences", "tuning", "null", "robustness", "not_measured")
 
 
 def claim_record(result: ClaimResult) -> dict[str, Any]:

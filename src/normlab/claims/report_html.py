@@ -367,6 +367,16 @@ def _null(record: Mapping[str, Any]) -> str:
     )
 
 
+def _not_measured(record: Mapping[str, Any]) -> str:
+    names = record.get("not_measured") or []
+    if not names:
+        return ""
+    return (
+        f"<p class='muted'>Declared for other scales only (too costly for this one's "
+        f"budget): {esc(', '.join(names))}.</p>"
+    )
+
+
 def _robustness(record: Mapping[str, Any]) -> str:
     rows = [
         [
@@ -430,7 +440,7 @@ def render_claim(
 {_figure(c, figure, bool(measurements))}
 <h3>Effects and the rule's inputs</h3>
 <p class="muted">The primary effect decides the verdict; secondary effects are reported
-beside it and never change it.</p>{effects}
+beside it and never change it.</p>{effects}{_not_measured(c)}
 {_premises(c)}{_checks(c.get("checks", []))}{_tuning(c)}{_divergences(c)}{_null(c)}
 {_robustness(c)}{_mean_tables(measurements)}
 <p class="muted">Task time {c["seconds"]:.1f} s of CPU ({cached} of {len(c["tasks"])} tasks

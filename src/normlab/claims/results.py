@@ -83,19 +83,21 @@ class ClaimResult:
         ok = [t.measurement for t in good]
         failed = sum(t.status != "ok" for t in tasks)
         verdict = judge_claim(
-            claim, ok, outcomes, failed_tasks=failed, seeds=[t.seed for t in good]
+            claim, ok, outcomes, failed_tasks=failed, seeds=[t.seed for t in good], scale=scale
         )
         if verdict.verdict != "error":
             null = null_calibration(claim.primary, ok)
             robust = tuple(
                 {**r, "flips": r["verdict"] != verdict.verdict}
-                for r in _robustness(claim, neighbours)
+                for r in _robustness(claim, neighbours, scale)
             )
             verdict = replace(verdict, null=null, robustness=robust)
         return cls(claim, scale, seeds, checks, verdict, tuple(neighbours))
 
 
-def _robustness(claim: Claim, neighbours: Iterable[TaskResult]) -> tuple[dict[str, Any], ...]:
+def _robustness(
+    claim: Claim, neighbours: Iterable[TaskResult], scale: str
+) -> tuple[dict[str, Any], ...]:
     """The primary's verdict at each neighbour setting (tasks grouped by their override)."""
     groups: dict[str, list[TaskResult]] = {}
     for t in neighbours:
@@ -105,7 +107,7 @@ def _robustness(claim: Claim, neighbours: Iterable[TaskResult]) -> tuple[dict[st
         ((key, value),) = json.loads(text).items()
         ok = [t.measurement for t in tasks if t.status == "ok" and t.measurement is not None]
         failed = sum(t.status != "ok" for t in tasks)
-        v = judge_claim(claim, ok, failed_tasks=failed, check_outcomes=_PASS(claim))
+        v = judge_claim(claim, ok, failed_tasks=failed, check_outcomes=_PASS(claim), scale=scale)
         p = v.primary
         out.append(
             {

@@ -27,7 +27,15 @@ from functools import cache
 from typing import Any
 
 from normlab._records import Record
-from normlab.claims.core import CheckOutcome, Claim, Effect, Measurement, Precondition, Premise
+from normlab.claims.core import (
+    CheckOutcome,
+    Claim,
+    Effect,
+    Measurement,
+    Precondition,
+    Premise,
+    measured_at,
+)
 
 __all__ = [
     "LEVEL",
@@ -408,6 +416,7 @@ class ClaimVerdict:
         null: the primary's null calibration (see :mod:`normlab.claims.calibration`), or
             None when not computed.
         robustness: the primary's verdict at each free setting's neighbours.
+        not_measured: names of the effects and premises declared only for other scales.
     """
 
     verdict: str
@@ -419,6 +428,7 @@ class ClaimVerdict:
     tuning: tuple[dict[str, Any], ...] = ()
     null: dict[str, Any] | None = None
     robustness: tuple[dict[str, Any], ...] = field(default=())
+    not_measured: tuple[str, ...] = ()
 
     @property
     def primary(self) -> EffectVerdict | None:
@@ -454,20 +464,30 @@ def judge_claim(
     check_outcomes: Mapping[str, CheckOutcome] | None = None,
     failed_tasks: int = 0,
     seeds: Sequence[int] | None = None,
+    scale: str | None = None,
 ) -> ClaimVerdict:
     """The claim's verdict: its primary effect's, unless a check or a task failed, or the
-    rule itself raised ("error"), or a premise gating the primary failed ("untestable")."""
+    rule itself raised ("error"), or a premise gating the primary failed ("untestable").
+
+    With ``scale``, the effects and premises declared for other scales only are left out
+    and named in ``not_measured``."""
     checks = _checks(claim, dict(check_outcomes or {}))
     seeds = list(seeds) if seeds is not None else list(range(len(measurements)))
+    every = (*claim.effects, *claim.premises, *claim.preconditions)
+    skipped = tuple(x.name for x in every if not measured_at(x, scale))
     try:
         names = [e.name for e in claim.effects]
         pres = tuple(
-            judge_premise(p, measurements, names) for p in (*claim.premises, *claim.preconditions)
+            judge_premise(p, measurements, names)
+            for p in (*claim.premises, *claim.preconditions)
+            if p.name not in skipped
         )
         failed_pres = [p for p in pres if not p.held]
         effects = []
         roles = ["primary"] + ["secondary"] * len(claim.secondary)
         for role, effect in zip(roles, claim.effects, strict=True):
+            if effect.name in skipped:
+                continue
             ev = judge_effect(effect, measurements, role)
             gating = [p for p in failed_pres if effect.name in p.gates]
             if gating:
@@ -505,4 +525,5 @@ def judge_claim(
         pres,
         _collect(measurements, seeds, "diverged"),
         _collect(measurements, seeds, "tuning"),
+        not_measured=skipped,
     )
