@@ -48,6 +48,7 @@ __all__ = [
     "Precondition",
     "Premise",
     "all_claims",
+    "claimed_bound",
     "claimed_relation",
     "difference",
     "get_claim",
@@ -71,14 +72,19 @@ TIMING_UNITS: frozenset[str] = frozenset({"s", "ms", "us", "x", "% speed-up", "s
 Measurement = dict[str, Any]
 
 
+def claimed_bound(direction: str, margin: float) -> float:
+    """The bound the value must clear: ``+margin`` for "greater" and "no_greater",
+    ``-margin`` for "less" and "no_less"."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"Unknown direction {direction!r}; expected one of {DIRECTIONS}.")
+    return margin if direction in ("greater", "no_greater") else -margin
+
+
 def claimed_relation(direction: str, margin: float) -> str:
     """A direction and margin in words, e.g. ``"> 0.01"`` or ``"< 0.03 (no worse than)"``."""
-    return {
-        "greater": f"> {margin:g}",
-        "less": f"< {-margin:g}",
-        "no_greater": f"< {margin:g} (no worse than)",
-        "no_less": f"> {-margin:g} (no worse than)",
-    }[direction]
+    bound = claimed_bound(direction, margin)
+    op = ">" if direction in ("greater", "no_less") else "<"
+    return f"{op} {bound:g}" + (" (no worse than)" if direction.startswith("no_") else "")
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from normlab.claims.core import (
     Measurement,
     Precondition,
     Premise,
+    claimed_bound,
     measured_at,
 )
 
@@ -97,16 +98,10 @@ def interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, floa
 
 
 def _bounds(direction: str, m: float) -> tuple[float, float]:
-    """``(claimed bound, zero)`` of a direction: the interval must clear the first."""
-    if direction == "greater":
-        return m, 0.0
-    if direction == "less":
-        return -m, 0.0
-    if direction == "no_greater":
-        return m, m
-    if direction == "no_less":
-        return -m, -m
-    raise ValueError(f"Unknown direction {direction!r}.")
+    """``(claimed bound, zero)`` of a direction: the interval must clear the first; the
+    second is where "opposite direction" starts (the bound itself for non-inferiority)."""
+    bound = claimed_bound(direction, m)
+    return bound, (bound if direction.startswith("no_") else 0.0)
 
 
 def verdict(
