@@ -6,7 +6,13 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["check_finite", "check_float", "check_min_rank", "check_trailing_shape"]
+__all__ = [
+    "check_finite",
+    "check_float",
+    "check_min_rank",
+    "check_positive_int",
+    "check_trailing_shape",
+]
 
 
 def check_float(x: torch.Tensor, name: str = "input") -> None:
@@ -18,6 +24,12 @@ def check_float(x: torch.Tensor, name: str = "input") -> None:
             f"{name} must be a floating-point tensor, got dtype {x.dtype}; "
             f"convert it first, e.g. x.float()."
         )
+
+
+def check_positive_int(value: object, name: str) -> None:
+    """Raise ValueError unless ``value`` is an int >= 1 (a size, a count, a period)."""
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}.")
 
 
 def check_trailing_shape(x: torch.Tensor, shape: Sequence[int], name: str = "input") -> None:

@@ -31,6 +31,34 @@ def _tanh(z):
 
 
 @triton.jit
+def _affine(y, W, B, cols, mask, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    """``y * weight + bias`` of a forward program, with the parts that exist."""
+    if HAS_W:
+        y = y * tl.load(W + cols, mask=mask, other=0.0)
+    if HAS_B:
+        y = y + tl.load(B + cols, mask=mask, other=0.0)
+    return y
+
+
+@triton.jit
+def _weight(W, cols, cmask, HAS_W: tl.constexpr, BLOCK: tl.constexpr):
+    """The weight row of a backward program, or ones without a weight."""
+    if HAS_W:  # noqa: SIM108  (a constexpr branch: only one side is compiled)
+        w = tl.load(W + cols, mask=cmask, other=0.0)
+    else:
+        w = tl.full([BLOCK], 1.0, tl.float32)
+    return w
+
+
+@triton.jit
+def _row_pair(X, DY, offs, mask):
+    """One row of the input and of the upstream gradient, in float32."""
+    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
+    return x, dy
+
+
+@triton.jit
 def rms_fwd(X, RES, W, S, Y, RSTD, D, eps, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
             BLOCK: tl.constexpr):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
@@ -44,9 +72,7 @@ def rms_fwd(X, RES, W, S, Y, RSTD, D, eps, HAS_RES: tl.constexpr, HAS_W: tl.cons
         x = s.to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / D + eps)
     tl.store(RSTD + row, rstd)
-    y = x * rstd
-    if HAS_W:
-        y = y * tl.load(W + cols, mask=mask, other=0.0)
+    y = _affine(x * rstd, W, W, cols, mask, HAS_W, False)
     tl.store(Y + row * D + cols, y.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -56,15 +82,11 @@ def rms_bwd(DY, X, W, RSTD, DS, DX, DWP, R, D, PER, HAS_W: tl.constexpr, HAS_DS:
     pid = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     cmask = cols < D
-    if HAS_W:  # noqa: SIM108  (a constexpr branch: only one side is compiled)
-        w = tl.load(W + cols, mask=cmask, other=0.0)
-    else:
-        w = tl.full([BLOCK], 1.0, tl.float32)
+    w = _weight(W, cols, cmask, HAS_W, BLOCK)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for row in range(pid * PER, tl.minimum(pid * PER + PER, R)):
         mask = cmask
-        x = tl.load(X + row * D + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + row * D + cols, mask=mask, other=0.0).to(tl.float32)
+        x, dy = _row_pair(X, DY, row * D + cols, mask)
         rstd = tl.load(RSTD + row)
         xh = x * rstd
         g = dy * w
@@ -89,10 +111,7 @@ def ln_fwd(X, W, B, Y, RSTD, D, eps, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / D + eps)
     tl.store(RSTD + row, rstd)
     y = xc * rstd
-    if HAS_W:
-        y = y * tl.load(W + cols, mask=mask, other=0.0)
-    if HAS_B:
-        y = y + tl.load(B + cols, mask=mask, other=0.0)
+    y = _affine(y, W, B, cols, mask, HAS_W, HAS_B)
     tl.store(Y + row * D + cols, y.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -101,16 +120,12 @@ def ln_bwd(DY, X, W, RSTD, DX, DWP, DBP, R, D, PER, HAS_W: tl.constexpr, BLOCK: 
     pid = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     cmask = cols < D
-    if HAS_W:  # noqa: SIM108  (a constexpr branch: only one side is compiled)
-        w = tl.load(W + cols, mask=cmask, other=0.0)
-    else:
-        w = tl.full([BLOCK], 1.0, tl.float32)
+    w = _weight(W, cols, cmask, HAS_W, BLOCK)
     aw = tl.zeros([BLOCK], dtype=tl.float32)
     ab = tl.zeros([BLOCK], dtype=tl.float32)
     for row in range(pid * PER, tl.minimum(pid * PER + PER, R)):
         mask = cmask
-        x = tl.load(X + row * D + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + row * D + cols, mask=mask, other=0.0).to(tl.float32)
+        x, dy = _row_pair(X, DY, row * D + cols, mask)
         rstd = tl.load(RSTD + row)
         mean = tl.sum(x, axis=0) / D
         xh = tl.where(mask, (x - mean) * rstd, 0.0)
@@ -133,10 +148,7 @@ def dyt_fwd(X, ALPHA, W, B, Y, D, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     mask = cols < D
     a = tl.load(ALPHA)
     y = _tanh(a * tl.load(X + row * D + cols, mask=mask, other=0.0).to(tl.float32))
-    if HAS_W:
-        y = y * tl.load(W + cols, mask=mask, other=0.0)
-    if HAS_B:
-        y = y + tl.load(B + cols, mask=mask, other=0.0)
+    y = _affine(y, W, B, cols, mask, HAS_W, HAS_B)
     tl.store(Y + row * D + cols, y.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -147,17 +159,13 @@ def dyt_bwd(DY, X, ALPHA, W, DX, DWP, DBP, DAP, R, D, PER, HAS_W: tl.constexpr,
     cols = tl.arange(0, BLOCK)
     cmask = cols < D
     a = tl.load(ALPHA)
-    if HAS_W:  # noqa: SIM108  (a constexpr branch: only one side is compiled)
-        w = tl.load(W + cols, mask=cmask, other=0.0)
-    else:
-        w = tl.full([BLOCK], 1.0, tl.float32)
+    w = _weight(W, cols, cmask, HAS_W, BLOCK)
     aw = tl.zeros([BLOCK], dtype=tl.float32)
     ab = tl.zeros([BLOCK], dtype=tl.float32)
     aa = tl.zeros([BLOCK], dtype=tl.float32)
     for row in range(pid * PER, tl.minimum(pid * PER + PER, R)):
         mask = cmask
-        x = tl.load(X + row * D + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + row * D + cols, mask=mask, other=0.0).to(tl.float32)
+        x, dy = _row_pair(X, DY, row * D + cols, mask)
         t = _tanh(a * x)
         gt = dy * w * (1.0 - t * t)
         tl.store(DX + row * D + cols, (gt * a).to(DX.dtype.element_ty), mask=mask)

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from normlab import functional as NF
+from normlab._checks import check_positive_int
 from normlab._registry import Method, register
 from normlab.papers import paper
 
@@ -61,8 +62,7 @@ class ZCSwish(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(num_channels, int) or num_channels <= 0:
-            raise ValueError(f"num_channels must be a positive int, got {num_channels!r}.")
+        check_positive_int(num_channels, "num_channels")
         self.num_channels = num_channels
         self.beta_init = float(beta_init)
         self.channel_dim = channel_dim

@@ -6,7 +6,8 @@ The approximate softmax of the same paper is a score normalizer, registered as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 
@@ -16,6 +17,8 @@ from normlab.layers.norms import _AffineNorm
 from normlab.papers import paper
 
 __all__ = ["ApproxLayerNorm"]
+
+_T = TypeVar("_T")
 
 
 class ApproxLayerNorm(_AffineNorm):
@@ -69,38 +72,27 @@ class ApproxLayerNorm(_AffineNorm):
         self.newton_steps = newton_steps
         self.table_bits = table_bits
         self.renormalize = renormalize
-        super().__init__(
-            normalized_shape,
-            elementwise_affine=elementwise_affine,
-            bias=bias,
-            device=device,
-            dtype=dtype,
+        super().__init__(normalized_shape, elementwise_affine, bias, device, dtype)
+
+    def _call(self, fn: Callable[..., _T], x: torch.Tensor) -> _T:
+        """``fn`` (the approximation or its error) on ``x`` with this layer's settings."""
+        return fn(
+            x,
+            self.normalized_shape,
+            self.weight,
+            self.bias,
+            self.eps,
+            newton_steps=self.newton_steps,
+            table_bits=self.table_bits,
+            renormalize=self.renormalize,
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return NF.approx_layer_norm(
-            x,
-            self.normalized_shape,
-            self.weight,
-            self.bias,
-            self.eps,
-            newton_steps=self.newton_steps,
-            table_bits=self.table_bits,
-            renormalize=self.renormalize,
-        )
+        return self._call(NF.approx_layer_norm, x)
 
     def approximation_error(self, x: torch.Tensor) -> float:
         """Largest ``|self(x) - LayerNorm(x)|`` with the same weight, bias and eps."""
-        return NF.layer_norm_approximation_error(
-            x,
-            self.normalized_shape,
-            self.weight,
-            self.bias,
-            self.eps,
-            newton_steps=self.newton_steps,
-            table_bits=self.table_bits,
-            renormalize=self.renormalize,
-        )
+        return self._call(NF.layer_norm_approximation_error, x)
 
     def extra_repr(self) -> str:
         return (

@@ -56,13 +56,7 @@ class DyT(_AffineNorm):
         self.alpha_init = float(alpha_init)
         self.backend = K.check_backend(backend)
         # weight and bias are the affine norms' own (shape checks, init, factory kwargs)
-        super().__init__(
-            normalized_shape,
-            elementwise_affine=elementwise_affine,
-            bias=bias,
-            device=device,
-            dtype=dtype,
-        )
+        super().__init__(normalized_shape, elementwise_affine, bias, device, dtype)
         self.alpha = nn.Parameter(torch.empty(1, device=device, dtype=dtype))
         nn.init.constant_(self.alpha, self.alpha_init)
 

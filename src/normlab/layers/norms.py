@@ -31,38 +31,53 @@ def as_shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
     return shape
 
 
+def _affine_parameters(
+    module: nn.Module,
+    shape: tuple[int, ...],
+    affine: bool,
+    bias: bool,
+    device: torch.device | str | None,
+    dtype: torch.dtype | None,
+) -> None:
+    """Give ``module`` a ``weight`` (and, with ``bias``, a ``bias``) of ``shape`` when
+    ``affine``, uninitialised (see :func:`_reset_affine`); the absent ones are None."""
+    factory = {"device": device, "dtype": dtype}
+    if affine:
+        module.weight = nn.Parameter(torch.empty(shape, **factory))
+        module.bias = nn.Parameter(torch.empty(shape, **factory)) if bias else None
+    else:
+        module.register_parameter("weight", None)
+        module.register_parameter("bias", None)
+
+
+def _reset_affine(module: nn.Module) -> None:
+    """``module.weight`` to ones and ``module.bias`` to zeros, those that exist."""
+    if module.weight is not None:
+        nn.init.ones_(module.weight)
+    if module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
 class _AffineNorm(nn.Module):
     """Shared parameter handling of the affine per-feature norms."""
 
     def __init__(
         self,
         normalized_shape: int | Sequence[int],
-        *,
         elementwise_affine: bool,
         bias: bool,
         device: torch.device | str | None,
         dtype: torch.dtype | None,
     ) -> None:
         super().__init__()
-        factory = {"device": device, "dtype": dtype}
         self.normalized_shape = as_shape(normalized_shape)
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory))
-            self.bias = (
-                nn.Parameter(torch.empty(self.normalized_shape, **factory)) if bias else None
-            )
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, self.normalized_shape, elementwise_affine, bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Weight to ones and bias to zeros."""
-        if self.weight is not None:
-            nn.init.ones_(self.weight)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        _reset_affine(self)
 
     def extra_repr(self) -> str:
         backend = "" if self.backend == "kernel" else f", backend={self.backend!r}"
@@ -105,15 +120,8 @@ class LayerNorm(_AffineNorm):
         *,
         backend: str = "kernel",
     ) -> None:
-        self.eps = eps
-        self.backend = K.check_backend(backend)
-        super().__init__(
-            normalized_shape,
-            elementwise_affine=elementwise_affine,
-            bias=bias,
-            device=device,
-            dtype=dtype,
-        )
+        self.eps, self.backend = eps, K.check_backend(backend)
+        super().__init__(normalized_shape, elementwise_affine, bias, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fn = K.layer_norm if self.backend == "kernel" else NF.layer_norm
@@ -151,15 +159,8 @@ class RMSNorm(_AffineNorm):
         *,
         backend: str = "kernel",
     ) -> None:
-        self.eps = eps
-        self.backend = K.check_backend(backend)
-        super().__init__(
-            normalized_shape,
-            elementwise_affine=elementwise_affine,
-            bias=False,
-            device=device,
-            dtype=dtype,
-        )
+        self.eps, self.backend = eps, K.check_backend(backend)
+        super().__init__(normalized_shape, elementwise_affine, False, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fn = K.rms_norm if self.backend == "kernel" else NF.rms_norm

@@ -14,8 +14,10 @@ import torch
 from torch import nn
 
 from normlab import functional as NF
+from normlab._checks import check_positive_int
 from normlab._registry import Method, register
 from normlab.functional.quadrature import RULES, Rule
+from normlab.layers.norms import _affine_parameters, _reset_affine
 from normlab.papers import paper
 
 __all__ = ["QuadNorm"]
@@ -73,32 +75,23 @@ class QuadNorm(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(num_channels, int) or num_channels <= 0:
-            raise ValueError(f"num_channels must be a positive int, got {num_channels!r}.")
+        check_positive_int(num_channels, "num_channels")
         if rule not in RULES:
             raise ValueError(f"Unknown quadrature rule {rule!r}; expected one of {RULES}.")
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha is a blend weight in [0, 1], got {alpha}.")
-        factory = {"device": device, "dtype": dtype}
         self.num_channels = num_channels
         self.rule: Rule = rule
         self.periodic = periodic if isinstance(periodic, bool) else tuple(periodic)
         self.alpha = float(alpha)
         self.eps = eps
         self.affine = affine
-        if affine:
-            self.weight = nn.Parameter(torch.empty(num_channels, **factory))
-            self.bias = nn.Parameter(torch.empty(num_channels, **factory))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, (num_channels,), affine, True, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Weight to ones and bias to zeros."""
-        if self.weight is not None:
-            nn.init.ones_(self.weight)
-            nn.init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 2 or x.shape[1] != self.num_channels:

@@ -14,6 +14,8 @@ The exponent/scale step runs only with ``dispersion=True``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -29,14 +31,14 @@ class _ManifoldBN(nn.Module):
         self,
         n: int,
         *,
-        complex_input: bool,
-        momentum: float,
-        dispersion: bool,
-        eps: float,
-        karcher_iters: int,
-        tol: float,
-        device: torch.device | str | None,
-        dtype: torch.dtype | None,
+        complex_input: bool = False,
+        momentum: float = 0.1,
+        dispersion: bool = False,
+        eps: float = 1e-5,
+        karcher_iters: int = 100,
+        tol: float = 1e-12,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         if n < 1:
@@ -54,6 +56,7 @@ class _ManifoldBN(nn.Module):
         self.bias_imag = nn.Parameter(torch.zeros(n, n, **factory)) if complex_input else None
         self.scale = nn.Parameter(torch.ones((), **factory)) if dispersion else None
         self.register_buffer("running_var", torch.ones((), **factory))
+        self.register_buffer("running_mean", self._base_point().to(device))
 
     @property
     def point_dtype(self) -> torch.dtype:
@@ -83,6 +86,10 @@ class _ManifoldBN(nn.Module):
             raise TypeError(f"Expected {want} matrices (complex_input={self.complex_input}).")
         return x.to(self.point_dtype)
 
+    def _base_point(self) -> torch.Tensor:
+        """The manifold's base point (the running mean's start), on the CPU."""
+        raise NotImplementedError
+
     def reset_parameters(self) -> None:
         nn.init.zeros_(self.bias_real)
         if self.bias_imag is not None:
@@ -90,8 +97,18 @@ class _ManifoldBN(nn.Module):
         if self.scale is not None:
             nn.init.ones_(self.scale)
         self.running_var.fill_(1.0)
+        self.running_mean.copy_(self._base_point())
 
-    def _factor(self, var: torch.Tensor) -> torch.Tensor:
+    def _dispersion_factor(self, tangent: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """``s / sqrt(v + eps)``, ``v`` the dispersion: the mean squared norm of the batch's
+        tangent vectors at the base point (``tangent()``, updating the running value) in
+        training, the running value in eval."""
+        if self.training:
+            var = torch.linalg.matrix_norm(tangent()).square().mean()
+            with torch.no_grad():
+                self.running_var.lerp_(var.detach(), self.momentum)
+        else:
+            var = self.running_var
         assert self.scale is not None
         return self.scale / torch.sqrt(var + self.eps)
 
@@ -128,35 +145,8 @@ class HPDBatchNorm(_ManifoldBN):
         1.0
     """
 
-    def __init__(
-        self,
-        n: int,
-        *,
-        complex_input: bool = False,
-        momentum: float = 0.1,
-        dispersion: bool = False,
-        eps: float = 1e-5,
-        karcher_iters: int = 100,
-        tol: float = 1e-12,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__(
-            n,
-            complex_input=complex_input,
-            momentum=momentum,
-            dispersion=dispersion,
-            eps=eps,
-            karcher_iters=karcher_iters,
-            tol=tol,
-            device=device,
-            dtype=dtype,
-        )
-        self.register_buffer("running_mean", torch.eye(n, dtype=self.point_dtype, device=device))
-
-    def reset_parameters(self) -> None:
-        super().reset_parameters()
-        self.running_mean.copy_(torch.eye(self.n, dtype=self.running_mean.dtype))
+    def _base_point(self) -> torch.Tensor:
+        return torch.eye(self.n, dtype=self.point_dtype)
 
     def bias_point(self) -> torch.Tensor:
         """The learned bias ``G = exp(herm(P))`` (the identity at initialisation)."""
@@ -174,13 +164,7 @@ class HPDBatchNorm(_ManifoldBN):
             mean = self.running_mean
         y = MF.hpd_transport(x, mean)
         if self.dispersion:
-            if self.training:
-                var = torch.linalg.matrix_norm(MF.hpd_log(y)).square().mean().real
-                with torch.no_grad():
-                    self.running_var.lerp_(var.detach(), self.momentum)
-            else:
-                var = self.running_var
-            y = MF.hpd_power(y, self._factor(var))
+            y = MF.hpd_power(y, self._dispersion_factor(lambda: MF.hpd_log(y)))
         g = MF.hpd_sqrt(self.bias_point())
         return MF.hermitian(g @ y @ g)
 
@@ -233,13 +217,9 @@ class SiegelBatchNorm(_ManifoldBN):
             device=device,
             dtype=dtype,
         )
-        self.register_buffer(
-            "running_mean", torch.zeros(n, n, dtype=self.point_dtype, device=device)
-        )
 
-    def reset_parameters(self) -> None:
-        super().reset_parameters()
-        self.running_mean.zero_()
+    def _base_point(self) -> torch.Tensor:
+        return torch.zeros(self.n, self.n, dtype=self.point_dtype)
 
     def bias_point(self) -> torch.Tensor:
         """The learned bias ``B = Exp_0(sym(P))`` (the origin at initialisation)."""
@@ -259,11 +239,5 @@ class SiegelBatchNorm(_ManifoldBN):
         y = MF.siegel_to_origin(z, mean)
         if self.dispersion:
             v = MF.siegel_log0(y)
-            if self.training:
-                var = torch.linalg.matrix_norm(v).square().mean()
-                with torch.no_grad():
-                    self.running_var.lerp_(var.detach(), self.momentum)
-            else:
-                var = self.running_var
-            y = MF.siegel_exp0(v * self._factor(var))
+            y = MF.siegel_exp0(v * self._dispersion_factor(lambda: v))
         return MF.siegel_from_origin(y, self.bias_point())

@@ -141,6 +141,20 @@ class GPTConfig:
         return asdict(self)
 
 
+def _attention(config: GPTConfig, **options: Any) -> MultiheadAttention:
+    """The causal attention of a block of ``config``; ``options`` are the block kind's own."""
+    return MultiheadAttention(
+        config.d_model,
+        config.n_heads,
+        kv_heads=config.kv_heads,
+        score=config.score,
+        score_kwargs=config.score_kwargs,
+        gated=config.gated_attention,
+        causal=True,
+        **options,
+    )
+
+
 class Block(nn.Module):
     """One transformer block: attention then MLP, each with a norm and a residual."""
 
@@ -150,17 +164,7 @@ class Block(nn.Module):
         self.residual = config.residual
         self.norm_scale = 1.0 / math.sqrt(index + 1) if config.ln_scaling else 1.0
         self.norm1 = get(config.norm).create(d, **config.norm_kwargs)
-        self.attn = MultiheadAttention(
-            d,
-            config.n_heads,
-            kv_heads=config.kv_heads,
-            score=config.score,
-            score_kwargs=config.score_kwargs,
-            gated=config.gated_attention,
-            causal=True,
-            bias=config.bias,
-            qk_norm="rms" if config.qk_norm else None,
-        )
+        self.attn = _attention(config, bias=config.bias, qk_norm="rms" if config.qk_norm else None)
         self.norm2 = get(config.norm).create(d, **config.norm_kwargs)
         hidden = config.mlp_ratio * d
         self.mlp = (
@@ -189,17 +193,8 @@ def make_block(config: GPTConfig, index: int) -> nn.Module:
     """The block at depth ``index`` for ``config.residual``."""
     d = config.d_model
     if config.residual == "ngpt":
-        attn = MultiheadAttention(
-            d,
-            config.n_heads,
-            kv_heads=config.kv_heads,
-            score=config.score,
-            score_kwargs=config.score_kwargs,
-            gated=config.gated_attention,
-            causal=True,
-            scale=math.sqrt(d // config.n_heads),
-            qk_norm="l2",
-            normalized=True,
+        attn = _attention(
+            config, scale=math.sqrt(d // config.n_heads), qk_norm="l2", normalized=True
         )
         # u and v share the width so the MLP has the parameters of a 2-matrix one
         return NGPTBlock(d, attn=attn, hidden=max(1, 2 * config.mlp_ratio * d // 3))

@@ -76,6 +76,46 @@ def normalize_returns(
     raise ValueError(f"Unknown normalization {normalize!r}; expected one of {NORMALIZATIONS}.")
 
 
+#: The return normalizations :func:`reinforce_cartpole` offers (no per-episode z-score).
+_REINFORCE_NORMALIZATIONS = ("none", "running", "kalman", "kalman-episode")
+
+
+def _check_normalize(normalize: str, allowed: tuple[str, ...]) -> None:
+    if normalize not in allowed:
+        raise ValueError(f"Unknown normalization {normalize!r}; expected one of {allowed}.")
+
+
+def _cartpole(
+    normalize: str, batch: int, q: float, r: float
+) -> tuple[RunningRewardNormalizer, KalmanRewardNormalizer, Any]:
+    """The running and Kalman return normalizers and a ``batch``-wide vector CartPole-v1."""
+    import gymnasium as gym
+
+    running = RunningRewardNormalizer(center=True)
+    kalman = KalmanRewardNormalizer(q=q, r=r, mode="episode" if "episode" in normalize else "step")
+    env = gym.make_vec("CartPole-v1", num_envs=batch, vectorization_mode="vector_entry_point")
+    return running, kalman, env
+
+
+def _targets(
+    shape: tuple[int, ...],
+    lengths: np.ndarray,
+    gamma: float,
+    normalize: str,
+    running: RunningRewardNormalizer,
+    kalman: KalmanRewardNormalizer,
+    returns: list[float],
+) -> np.ndarray:
+    """The (T, B) normalised returns-to-go of a rollout; each episode's return is appended
+    to ``returns``. A unit reward per step, zero past an episode's end."""
+    target = np.zeros(shape)
+    for b, length in enumerate(lengths.tolist()):
+        returns.append(float(length))
+        g = _returns_to_go(np.ones(length), gamma)
+        target[:length, b] = normalize_returns(normalize, g, running, kalman)
+    return target
+
+
 def _rollout(env, policy: nn.Module, batch: int, seed: int, rng: np.random.Generator):
     """``batch`` CartPole episodes: observations, actions, alive masks (T, B) and lengths."""
     obs, _ = env.reset(seed=seed)
@@ -119,25 +159,16 @@ def actor_critic_cartpole(
     ``"kalman"`` (the paper's per-step filter, Q and R as given) or ``"kalman-episode"``
     (a fresh filter per episode, as the public code).
     """
-    import gymnasium as gym
-
-    if normalize not in NORMALIZATIONS:
-        raise ValueError(f"Unknown normalization {normalize!r}; expected one of {NORMALIZATIONS}.")
+    _check_normalize(normalize, NORMALIZATIONS)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     policy, critic = MLPPolicy(4, 2, hidden=hidden), MLPPolicy(4, 1, hidden=hidden)
     opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=lr)
-    running = RunningRewardNormalizer(center=True)
-    kalman = KalmanRewardNormalizer(q=q, r=r, mode="episode" if "episode" in normalize else "step")
-    env = gym.make_vec("CartPole-v1", num_envs=batch, vectorization_mode="vector_entry_point")
+    running, kalman, env = _cartpole(normalize, batch, q, r)
     returns: list[float] = []
     for update in range(episodes // batch):
         o, a, m, lengths = _rollout(env, policy, batch, int(seed * 100_003 + update), rng)
-        target = np.zeros(m.shape)
-        for b, length in enumerate(lengths.tolist()):
-            returns.append(float(length))
-            g = _returns_to_go(np.ones(length), gamma)
-            target[:length, b] = normalize_returns(normalize, g, running, kalman)
+        target = _targets(m.shape, lengths, gamma, normalize, running, kalman, returns)
         keep = torch.as_tensor(m.reshape(-1))
         obs = torch.as_tensor(o.reshape(-1, 4))[keep]
         act = torch.as_tensor(a.reshape(-1, 1))[keep]
@@ -179,41 +210,16 @@ def reinforce_cartpole(
     filter over the returns in time order, Q and R as given) or ``"kalman-episode"`` (a fresh
     filter per episode, as the public CartPole code).
     """
-    import gymnasium as gym
-
+    _check_normalize(normalize, _REINFORCE_NORMALIZATIONS)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     policy = MLPPolicy(4, 2, hidden=hidden)
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
-    running = RunningRewardNormalizer(center=True)
-    kalman = KalmanRewardNormalizer(q=q, r=r, mode="episode" if "episode" in normalize else "step")
-    env = gym.make_vec("CartPole-v1", num_envs=batch, vectorization_mode="vector_entry_point")
+    running, kalman, env = _cartpole(normalize, batch, q, r)
     returns: list[float] = []
     for update in range(episodes // batch):
-        obs, _ = env.reset(seed=int(seed * 100_003 + update))
-        alive = np.ones(batch, bool)
-        traj_obs, traj_act, traj_rew = [], [], []
-        while alive.any():
-            with torch.no_grad():
-                p1 = torch.softmax(policy(torch.as_tensor(obs)), -1)[:, 1].numpy()
-            act = (rng.random(batch) < p1).astype(np.int64)
-            traj_obs.append(obs), traj_act.append(act), traj_rew.append(alive.astype(float))
-            obs, _, term, trunc, _ = env.step(act)
-            alive &= ~(term | trunc)
-        o, a, m = np.stack(traj_obs), np.stack(traj_act), np.stack(traj_rew)  # (T, B)
-        adv = np.zeros_like(m)
-        for b in range(batch):
-            length = int(m[:, b].sum())
-            returns.append(float(length))
-            g = _returns_to_go(np.ones(length), gamma)
-            if normalize == "running":
-                running.update(g)
-                g = running.normalize(g)
-            elif normalize.startswith("kalman"):
-                g = kalman(g)
-            elif normalize != "none":
-                raise ValueError(f"Unknown normalization {normalize!r}.")
-            adv[:length, b] = g
+        o, a, m, lengths = _rollout(env, policy, batch, int(seed * 100_003 + update), rng)
+        adv = _targets(m.shape, lengths, gamma, normalize, running, kalman, returns)
         logits = policy(torch.as_tensor(o.reshape(-1, 4)))
         logp = torch.log_softmax(logits, -1).gather(1, torch.as_tensor(a.reshape(-1, 1)))[:, 0]
         loss = -(logp * torch.as_tensor(adv.reshape(-1), dtype=logp.dtype)).sum() / batch

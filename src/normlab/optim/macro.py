@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from normlab._registry import Method, register
+from normlab.optim._closure import closure_loss
 from normlab.papers import paper
 
 __all__ = ["MACRO", "MANIFOLDS", "MUON_COEFFICIENTS", "msign", "project_", "retract_", "tangent"]
@@ -210,10 +211,7 @@ class MACRO(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """One MACRO step on every parameter with a gradient."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for i, group in enumerate(self.param_groups):
             manifold, radius, mu = group["manifold"], group["radius"], group["momentum"]
             for j, p in enumerate(group["params"]):

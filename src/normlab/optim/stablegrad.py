@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from normlab._registry import Method, register
+from normlab.optim._closure import closure_loss
 from normlab.papers import paper
 
 __all__ = ["REFERENCES", "StableGrad", "rescale_weight_grads_"]
@@ -216,10 +217,7 @@ class StableGrad(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """Rescale the weight gradients, then step the wrapped optimizer."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         params = [p for g in self.param_groups for p in g["params"]]
         self.last_factors = rescale_weight_grads_(params, self.reference_std(), eps=self.eps)
         self.optimizer.step()

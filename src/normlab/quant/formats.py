@@ -22,6 +22,8 @@ Formats:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from normlab._checks import check_float, check_min_rank
@@ -165,6 +167,29 @@ def fake_quant_int(
     return x + (q - x).detach() if ste and x.requires_grad else q
 
 
+def _fp4_round_trip(
+    x: torch.Tensor,
+    block: int,
+    ste: bool,
+    block_scale: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """``y = e2m1(x / s) * s`` in blocks of ``block`` along the last axis, in float32.
+
+    ``s = block_scale(amax)`` from each block's largest finite ``|x|`` (NaN and infinity set
+    no scale); a zero scale zeroes its block. Shared checks, empty input and STE of the FP4
+    formats.
+    """
+    check_float(x)
+    check_min_rank(x, 1, "(..., features) with the blocks along the last axis")
+    if x.numel() == 0:
+        return x.clone()
+    xf, pad = _blocks(upcast(x.detach()), block)
+    scale = block_scale(torch.where(torch.isfinite(xf), xf.abs(), 0.0).amax(-1, keepdim=True))
+    q = round_e2m1(xf / (scale + (scale == 0))) * scale
+    q = _unblocks(q, pad).to(x.dtype)
+    return x + (q - x).detach() if ste and x.requires_grad else q
+
+
 def fake_quant_nvfp4(
     x: torch.Tensor,
     *,
@@ -196,20 +221,14 @@ def fake_quant_nvfp4(
     Raises:
         ValueError: for a 0-d ``x`` (blocks run along the last axis).
     """
-    check_float(x)
-    check_min_rank(x, 1, "(..., features) with the blocks along the last axis")
-    if x.numel() == 0:
-        return x.clone()
-    xf, pad = _blocks(upcast(x.detach()), block)
-    finite = torch.where(torch.isfinite(xf), xf.abs(), 0.0)  # NaN/inf do not set scales
-    block_amax = finite.amax(-1, keepdim=True)
-    amax = block_amax.amax() if tensor_amax is None else torch.as_tensor(float(tensor_amax))
-    s_t = (amax.to(xf.dtype) / (E2M1_MAX * E4M3_MAX)).clamp_min(torch.finfo(xf.dtype).tiny)
-    s_b = round_e4m3(block_amax / (E2M1_MAX * s_t))
-    scale = s_b * s_t
-    q = round_e2m1(xf / (scale + (scale == 0))) * scale  # a zero scale zeroes its block
-    q = _unblocks(q, pad).to(x.dtype)
-    return x + (q - x).detach() if ste and x.requires_grad else q
+
+    def block_scale(block_amax: torch.Tensor) -> torch.Tensor:
+        amax = block_amax.amax() if tensor_amax is None else torch.as_tensor(float(tensor_amax))
+        dtype = block_amax.dtype
+        s_t = (amax.to(dtype) / (E2M1_MAX * E4M3_MAX)).clamp_min(torch.finfo(dtype).tiny)
+        return round_e4m3(block_amax / (E2M1_MAX * s_t)) * s_t
+
+    return _fp4_round_trip(x, block, ste, block_scale)
 
 
 def fake_quant_mxfp4(x: torch.Tensor, *, block: int = 32, ste: bool = True) -> torch.Tensor:
@@ -225,13 +244,9 @@ def fake_quant_mxfp4(x: torch.Tensor, *, block: int = 32, ste: bool = True) -> t
     Raises:
         ValueError: for a 0-d ``x`` (blocks run along the last axis).
     """
-    check_float(x)
-    check_min_rank(x, 1, "(..., features) with the blocks along the last axis")
-    if x.numel() == 0:
-        return x.clone()
-    xf, pad = _blocks(upcast(x.detach()), block)
-    amax = torch.where(torch.isfinite(xf), xf.abs(), 0.0).amax(-1, keepdim=True)
-    exponent = torch.floor(torch.log2(torch.where(amax > 0, amax, 1.0))) - 2
-    scale = torch.exp2(exponent.clamp(-127, 127))
-    q = _unblocks(round_e2m1(xf / scale) * scale, pad).to(x.dtype)
-    return x + (q - x).detach() if ste and x.requires_grad else q
+
+    def block_scale(amax: torch.Tensor) -> torch.Tensor:
+        exponent = torch.floor(torch.log2(torch.where(amax > 0, amax, 1.0))) - 2
+        return torch.exp2(exponent.clamp(-127, 127))
+
+    return _fp4_round_trip(x, block, ste, block_scale)

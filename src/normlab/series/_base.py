@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from normlab._checks import check_finite, check_float
+from normlab._checks import check_finite, check_float, check_positive_int
 from normlab.functional._precision import upcast
 
 __all__ = [
@@ -127,8 +127,8 @@ class ReversibleNorm(nn.Module):
     ) -> None:
         super().__init__()
         for name, value in (("channels", channels), ("lookback", lookback), ("horizon", horizon)):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive int, got {value!r}.")
+            if value is not None:
+                check_positive_int(value, name)
         self.channels = channels
         self.lookback = lookback
         self.horizon = horizon

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab._checks import check_positive_int
 from normlab._registry import Method, register
 from normlab.papers import paper
 from normlab.series.pamod import PAMod
@@ -38,8 +39,7 @@ class CalendarRevIN(PAMod):
     """
 
     def __init__(self, channels: int, *, harmonics: int = 3, **kwargs: Any) -> None:
-        if not isinstance(harmonics, int) or harmonics < 1:
-            raise ValueError(f"harmonics must be a positive int, got {harmonics!r}.")
+        check_positive_int(harmonics, "harmonics")
         super().__init__(channels, **kwargs)
         del self.amplitude, self.phase  # PAMod's tables: replaced by the Fourier term
         self.harmonics = harmonics

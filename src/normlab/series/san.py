@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normlab._checks import check_positive_int
 from normlab._registry import Method, register
 from normlab.papers import paper
 from normlab.series._base import ReversibleNorm, State, moments, shift_origin
@@ -76,8 +77,7 @@ class SAN(ReversibleNorm):
             period = periods[0] if periods else 24
             if not isinstance(period, int) or lookback % period or horizon % period:
                 period = math.gcd(lookback, horizon)
-        if not isinstance(period, int) or period < 1:
-            raise ValueError(f"period must be a positive int, got {period!r}.")
+        check_positive_int(period, "period")
         for name, length in (("lookback", lookback), ("horizon", horizon)):
             if length < period:
                 raise ValueError(
