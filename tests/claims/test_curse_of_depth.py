@@ -17,8 +17,21 @@ def test_smoke_profiles(smoke_measurement):
     for profile in m["curves"].values():
         assert len(profile["variance"]) == config["n_layers"] + 1
         assert len(profile["drop_loss"]) == config["n_layers"]
-    assert set(CLAIM.config("quick")["variants"]) == set(SPARSE)
     assert CLAIM.config("quick")["seeds"] >= 5
+
+
+def test_quick_trains_what_quick_measures():
+    """Quick trains dense and weight decay only; the GQA/MoE effects are full-only, and the
+    arms every scale trains are the arms its search tunes."""
+    assert CLAIM.config("quick")["variants"] == ["weight-decay"]
+    assert set(CLAIM.config("full")["variants"]) >= set(SPARSE)
+    for scale in ("smoke", "quick", "full"):
+        config = CLAIM.config(scale)
+        assert config["search"]["arms"] == ["dense", *config["variants"]]
+    full_only = {e.name for e in CLAIM.effects if e.scales == ("full",)}
+    assert full_only == {
+        f"{kind}_{v}" for kind in ("deep_useful", "variance_damped") for v in ("gqa", "moe")
+    }
 
 
 def test_weight_decay_only_in_its_variant():

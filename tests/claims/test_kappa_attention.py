@@ -60,3 +60,18 @@ def test_effect_sign_on_hand_built_tables():
     lm = CLAIM.secondary[0]
     assert lm.fn(m(3.25)) < 0 < lm.fn(m(3.4))
     assert CLAIM.primary.fn(m(3.3)) > 1 > CLAIM.primary.fn(m(3.3, tail=-13.5))
+
+
+def test_lm_extension_is_full_scale_only():
+    """The LM secondary is declared and trained at full; quick measures the operator only."""
+    (lm,) = CLAIM.secondary
+    assert lm.scales == ("full",)
+    assert [CLAIM.config(s)["lm_extension"] for s in ("smoke", "quick", "full")] == [
+        True,
+        False,
+        True,
+    ]
+    config = {**CLAIM.config("quick"), "rows": 4, "keys": 8}
+    m = CLAIM.run(config, 0)
+    assert set(m["table"]) == {"softmax", "kappa-softmax"} and "tuning" not in m
+    assert all(set(row) == {"log10_tail_p"} for row in m["table"].values())

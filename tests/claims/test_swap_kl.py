@@ -48,3 +48,18 @@ def test_agreeing_protocols_make_the_primary_untestable():
     safer = [0.10, 0.11, 0.09, 0.12, 0.10]
     assert judge_claim(CLAIM, [m(c, 0.5) for c in safer]).verdict == "supported"
     assert judge_claim(CLAIM, [m(c, 0.99) for c in safer]).verdict == "untestable"
+
+
+def test_shares_curse_of_depths_dense_trials():
+    """Same architecture, training and lr grid as curse-of-depth's dense arm at every scale,
+    so the model cache trains each dense trial once for both claims."""
+    from normlab.claims.catalogue._depth_models import gpt_config, train_config
+    from normlab.claims.protocol import searches
+
+    depth = get_claim("curse-of-depth")
+    for scale in ("smoke", "quick", "full"):
+        mine, theirs = CLAIM.config(scale), depth.config(scale)
+        assert searches(mine)["dense"] == searches(theirs)["dense"]
+        assert gpt_config(mine) == gpt_config(theirs)
+        for lr in searches(mine)["dense"].space["lr"]:
+            assert train_config(mine, lr=lr) == train_config(theirs, lr=lr)

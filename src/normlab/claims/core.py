@@ -225,12 +225,14 @@ def difference(
     log10: bool = False,
     baseline_metric: str | None = None,
     if_diverged: Mapping[str, float] | None = None,
+    scales: tuple[str, ...] = (),
 ) -> Effect:
     """The commonest effect: ``table[method][metric] - table[baseline][metric]``.
 
     Args:
         log10: compare ``log10`` of the two cells instead (a ratio on a log scale).
         baseline_metric: read this metric of the baseline instead of ``metric``.
+        scales: as for :class:`Effect` (empty: every scale).
     """
     other = baseline_metric or metric
 
@@ -248,6 +250,7 @@ def difference(
         method=method,
         unit=unit,
         if_diverged=dict(if_diverged or {}),
+        scales=tuple(scales),
     )
 
 

@@ -4,7 +4,8 @@ and sigma = 1 degrade a trained language model less than the same approximations
 The seed builds hardware Softmax and LayerNorm from shift-and-add approximations that still
 guarantee the normalization, argues that score-oriented tasks need the guarantee, and
 reports GLUE +0.07% and perplexity -0.09%. Here a trained byte-level TinyGPT (the same run
-as the kappa-attention claim's softmax model, shared through the model cache) gets its
+as the numerics claim's model and, at full scale, a trial of kappa-attention's softmax arm,
+shared through the model cache) gets its
 softmax and LayerNorms swapped for normlab's approximations without retraining
 (:func:`normlab.functional.approx_softmax`: base-2 exponent ``2^q (1 + f)``, a table
 reciprocal with ``newton_steps`` Newton steps and the rounding residual added to the largest
@@ -21,8 +22,9 @@ smaller than the margin", the precise null it is.
 
 Premise: the unguaranteed cheap softmax does break the normalization (largest ``|sum p -
 1|`` above 1e-3), else the guarantee has nothing to fix. Nothing is tuned: one trained model
-(a trial of kappa-attention's learning-rate search, 3e-3) is evaluated with swapped
-operators; if its training diverged every copy counts as the uniform predictor.
+(numerics' model; at full scale also a trial of kappa-attention's learning-rate search) is
+evaluated with swapped operators; if its training diverged every copy counts as the uniform
+predictor.
 """
 
 from __future__ import annotations
@@ -273,8 +275,8 @@ CLAIM = register_claim(
                 gates=("guarantee_helps",),
             ),
         ),
-        untuned="nothing trains here: one trained model (kappa-attention's lr-3e-3 softmax "
-        "trial) is evaluated with swapped operators",
+        untuned="nothing trains per arm: one trained softmax TinyGPT (shared with numerics) "
+        "is evaluated with swapped operators",
         free_settings=(
             FreeSetting(
                 "table_bits",
@@ -287,7 +289,7 @@ CLAIM = register_claim(
         headline="GLUE +0.07%, SQuAD -0.01%, perplexity -0.09% with the approximations.",
         setup=(
             "Byte-level pre-LN TinyGPT (softmax, LayerNorm) trained once and shared with the "
-            "kappa-attention claim; copies with both operators approximated, with and "
+            "numerics claim; copies with both operators approximated, with and "
             "without the guarantee step (5-bit tables, no Newton step; 8-bit fixed point), "
             "and the default datapath, evaluated on the same validation windows; judged "
             "against the paper's 0.0013-bit tolerance."

@@ -6,8 +6,9 @@ residual-projection weights preserves the propagation of the relative rounding e
 it forces a qualitative transition in the dynamics of the residual stream. It also compares
 LayerNorm and RMSNorm in the massive-outlier regime and softmax with attention sinks.
 
-Headline (primary): a *trained* pre-LN TinyGPT (the byte-level model kappa-attention and
-guaranteed-approx share through the model cache, one per seed) is run in bfloat16 and in
+Headline (primary): a *trained* pre-LN TinyGPT (the byte-level model guaranteed-approx
+shares through the model cache, one per seed, and at full scale a trial of kappa-attention's
+softmax arm) is run in bfloat16 and in
 float64 on validation windows with every residual projection (attention output and MLP down
 projection) multiplied by ``s``; the relative error of the final residual state
 ``||h_bf16 - h_64|| / ||h_64||`` at ``s = mild_scale`` is compared with the unscaled model's
@@ -124,8 +125,8 @@ def _tracking(records: Sequence[Mapping[str, Any]]) -> float:
 
 
 def trained_model(config: Mapping[str, Any], seed: int) -> tuple[TinyGPT, dict]:
-    """The trained pre-LN TinyGPT of ``config["gpt"]`` (shared with kappa-attention's lr
-    trial and guaranteed-approx through the model cache)."""
+    """The trained pre-LN TinyGPT of ``config["gpt"]`` (shared with guaranteed-approx, and
+    at full scale with a trial of kappa-attention's lr search, through the model cache)."""
     gpt = GPTConfig(norm="layernorm", score="softmax", **config["gpt"])
     return train_lm(gpt, lm_train_config(config), seed)
 
@@ -417,7 +418,7 @@ CLAIM = register_claim(
         "rounding-error propagation unless the residual stream's dynamics change (no number "
         "in the abstract).",
         setup=(
-            "Trained byte-level pre-LN TinyGPT (the kappa-attention / guaranteed-approx model) "
+            "Trained byte-level pre-LN TinyGPT (the guaranteed-approx model) "
             "on validation windows in bf16 vs fp64 with residual projections scaled by s in "
             "0.25..64, and in fp16 at s = 1 (positive control); LayerNorm/RMSNorm "
             "on N(0,1) rows with one planted outlier 1..1e4 in fp16/bf16; softmax with a sink "
