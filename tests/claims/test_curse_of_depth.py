@@ -49,7 +49,9 @@ def _m(wd_drop: float, wd_rms: float = 0.5, dense_shallow: float = 0.3) -> dict:
         "val_bpb": 3.0,
     }
     table = {v: dict(row) for v in ("dense", *SPARSE)}
-    table["weight-decay"].update(deep_drop_loss=wd_drop, weight_rms=wd_rms)
+    table["weight-decay"].update(
+        deep_drop_loss=wd_drop, weight_rms=wd_rms, dense_weight_rms_same_lr=1.0
+    )
     return {"table": table}
 
 

@@ -70,3 +70,14 @@ def test_a_diverged_plain_model_counts_as_the_uniform_predictor():
     m = {**_table(3.6, 3.5), "diverged": {"plain-large": {"step": 40, "last": 3.9}}}
     value = CLAIM.primary.fn(with_divergence(m, CLAIM.primary.if_diverged))
     assert value < -4
+
+
+def test_quick_trains_every_arm_its_measured_effects_name():
+    from normlab.claims.core import measured_at
+
+    for scale in ("quick", "full"):
+        arms = set(CLAIM.config(scale)["search"]["arms"])
+        for effect in CLAIM.effects:
+            if measured_at(effect, scale):
+                assert {effect.method, effect.baseline} <= arms, (scale, effect.name)
+    assert set(CLAIM.config("full")["search"]["arms"]) == set(ARMS)

@@ -24,7 +24,20 @@ def test_smoke_table(smoke_measurement):
             assert math.isfinite(fp32["bpb"]) and math.isfinite(fp4["bpb"])
             assert 5 < fp32["snr_db"] < 40  # 4-bit formats give roughly 15-25 dB
         assert m["table"][f"{name}-wide-fp4"] == m["table"][f"{name}-d{max(widths)}-fp4"]
+        assert math.isfinite(m["table"][name]["snr_width_slope"])  # two smoke widths
     assert CLAIM.config("quick")["seeds"] >= 5
+    assert CLAIM.figure([m]) is not None
+
+
+def test_quick_measures_the_width_effects_only_where_it_has_two_widths():
+    from normlab.claims.core import measured_at
+
+    for scale in ("quick", "full"):
+        several = len(CLAIM.config(scale)["widths"]) > 1
+        for name in ("gap_smaller_narrowest", "snr_advantage_grows"):
+            effect = next(e for e in CLAIM.effects if e.name == name)
+            assert measured_at(effect, scale) == several, (scale, name)
+    assert measured_at(CLAIM.primary, "quick")
 
 
 def _m(ngpt_fp4: float, diverged: dict | None = None) -> dict:

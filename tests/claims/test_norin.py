@@ -47,9 +47,10 @@ def _table(norin, others, log10_delta, gap, drift, spread):
         for arm in ARMS:
             rows[f"{s}/{arm}"] = {"mse": others, "best_is_last": 0.0}
         rows[f"{s}/norin"] = {"mse": norin, "best_is_last": 0.0}
+        rows[f"{s}/norin-joint"]["drift_fraction"] = drift
         rows[f"{s}/selected"] = {"log10_delta": log10_delta, "backbone_gap": gap}
         rows[f"{s}/placebo"] = {"log10_delta": PRIOR_LOG10_DELTA, "backbone_gap": 2 / 3}
-        rows[f"{s}/shape"] = {"drift_fraction": drift, "shape_matters": spread}
+        rows[f"{s}/shape"] = {"shape_matters": spread}
     return {"table": rows}
 
 
@@ -61,3 +62,27 @@ def test_effects_take_both_signs_on_constructed_tables():
         assert (g > 0) == (effect.direction == "greater"), effect.name
     premise = CLAIM.premises[0]
     assert premise.fn(good) > premise.margin.value > premise.fn(bad)
+
+
+def test_a_diverged_joint_run_is_recorded_and_counts_as_no_drift(monkeypatch):
+    import dataclasses
+
+    import normlab.claims.catalogue.norin as module
+    from normlab.claims.rule import with_divergence
+
+    real = module.fit_and_test
+
+    def diverging(norm, *args, **kwargs):
+        model, result, test = real(norm, *args, **kwargs)
+        if kwargs.get("learn_shape"):  # the joint arm, as if its loss turned non-finite
+            result = dataclasses.replace(result, diverged={"step": 2, "last": 0.5})
+        return model, result, test
+
+    monkeypatch.setattr(module, "fit_and_test", diverging)
+    config = {**CLAIM.config("smoke"), "series": {"epf_prices": ["linear"]}}
+    m = module.run(config, 0)
+    assert m["diverged"] == {"epf_prices/norin-joint": {"step": 2, "last": 0.5}}
+    drift = next(e for e in CLAIM.effects if e.name == "epf_prices_delta_drift")
+    assert drift.fn(with_divergence(m, drift.if_diverged)) == 0.0
+    versus = next(e for e in CLAIM.effects if e.name == "heavy_tailed_vs_revin")
+    assert versus.if_diverged["mse"] == 1.0

@@ -93,3 +93,14 @@ def test_trajectory_in_smoke(smoke_measurement):
         for key in ("avg_kurtosis", "max_inf_norm", "sink_score"):
             assert len(path[key]) == len(steps) and all(math.isfinite(v) for v in path[key])
     assert CLAIM.figure is not None
+
+
+def test_quick_trains_every_arm_its_measured_effects_name():
+    from normlab.claims.core import measured_at
+
+    for scale in ("quick", "full"):
+        variants = set(CLAIM.config(scale)["variants"])
+        for effect in CLAIM.effects:
+            if measured_at(effect, scale):
+                assert {effect.method, effect.baseline} <= variants, (scale, effect.name)
+    assert SOFTMAX1 not in CLAIM.config("quick")["variants"]  # its comparisons are full-only

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import pytest
 import torch
 
 from normlab.claims.catalogue.pamod import CLAIM, COMPARISON, METHODS, ROLES
@@ -56,3 +58,24 @@ def test_effects_take_both_signs_on_constructed_tables():
     good, bad = _table(0.8, 1.0, 0.99), _table(1.2, 1.0, 1.2)
     for effect in CLAIM.effects:
         assert effect.fn(good) < 0 < effect.fn(bad), effect.name
+
+
+def test_an_arm_whose_every_run_diverged_is_recorded_and_counts_as_the_mean(monkeypatch):
+    import normlab.claims.catalogue.pamod as module
+    from normlab.claims.rule import with_divergence
+
+    real = module.fit_and_test
+
+    def diverging(method, *args, **kwargs):
+        model, result, test = real(method, *args, **kwargs)
+        if method == "pamod":  # as if its loss had turned non-finite at step 3
+            result = dataclasses.replace(result, diverged={"step": 3, "last": None})
+        return model, result, test
+
+    monkeypatch.setattr(module, "fit_and_test", diverging)
+    config = {**CLAIM.config("smoke"), "cyclic": ["vic_elec_hourly"], "control": []}
+    m = module.run(config, 0)
+    assert m["diverged"] == {"demand/pamod": {"step": 3, "last": None}}
+    primary = CLAIM.primary
+    counted = primary.fn(with_divergence(m, primary.if_diverged))
+    assert counted == pytest.approx(-math.log10(m["table"]["demand/revin-calendar"]["mse"]))

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from normlab.claims.catalogue._depth_models import SETTINGS, search, trial
+from normlab.claims.catalogue._depth_models import SETTINGS, search, trained, trial
 from normlab.claims.common import cell, seed_everything
 from normlab.claims.core import (
     Claim,
@@ -92,6 +92,11 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
             "train_seconds": float(log.get("seconds", 0.0)),
         }
         curves[variant] = profile.to_dict()
+    if "weight-decay" in table:
+        # the dense model at the weight-decay arm's lr (a trial of the shared grid, cached):
+        # the weight RMS ratio then isolates the decay from the lr choice
+        dense_same_lr, _ = trained(config, seed, "dense", table["weight-decay"]["lr"])
+        table["weight-decay"]["dense_weight_rms_same_lr"] = _weight_rms(dense_same_lr)
     out = {"table": table, "curves": curves, "tuning": records}
     return {**out, "diverged": diverged} if diverged else out
 
@@ -236,8 +241,12 @@ CLAIM = register_claim(
             ),
             Precondition(
                 "weight_decay_shrinks",
-                "weight RMS of the weight-decay model over the dense model's",
-                lambda m: cell(m, "weight-decay", "weight_rms") / cell(m, "dense", "weight_rms"),
+                "weight RMS of the weight-decay model over the dense model's trained at the "
+                "same lr",
+                lambda m: (
+                    cell(m, "weight-decay", "weight_rms")
+                    / cell(m, "weight-decay", "dense_weight_rms_same_lr")
+                ),
                 op="<=",
                 threshold=0.95,
                 source="normlab's choice: a weight decay that leaves the weights within 5% "

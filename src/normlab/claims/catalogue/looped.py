@@ -14,11 +14,12 @@ loop ``k`` reads the mean of the running stream and the stream that entered bloc
 loop ``k - 1``) and ``attention_injection`` (the standard injection ``h + e`` is kept and the
 embedding is also injected through the first block's existing attention, ``+ attn_0(
 norm1_0(e))``). Arms at the large loop count: plain (standard input injection only), fully
-looped (both changes), loop signal alone, attention injection alone; at the mild count:
-plain and fully looped. Each arm's learning rate is tuned by the harness over the same
-grid on the trainer's validation windows; the chosen model is scored on disjoint held-out
-windows. A run that diverges counts as the uniform byte predictor (``log2(vocab)`` bits per
-byte) and a 1000x residual growth. Residual growth is ``log(rms(h_final) / rms(h_embed))``
+looped (both changes), loop signal alone, attention injection alone (the two single-change
+ablations at full scale only: quick's budget affords four arms); at the mild count: plain and
+fully looped. Each arm's learning rate is tuned by the harness over the same grid on the
+trainer's validation windows; the chosen model is scored on disjoint held-out windows. A
+run that diverges counts as the uniform byte predictor (``log2(vocab)`` bits per byte) and a
+1000x residual growth. Residual growth is ``log(rms(h_final) / rms(h_embed))``
 on held-out windows.
 
 Premise: the plain looped model degrades at the large loop count (its held-out bpb is worse
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -54,7 +56,7 @@ from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.models.lm import LMTrainConfig, evaluate_bpb, train_lm
 from normlab.papers import paper
 
-__all__ = ["ARMS", "CLAIM", "run"]
+__all__ = ["ARMS", "CLAIM", "QUICK_ARMS", "run"]
 
 #: arm -> (loop count key, loop_signal, attention_injection).
 ARMS: dict[str, tuple[str, bool, bool]] = {
@@ -65,6 +67,8 @@ ARMS: dict[str, tuple[str, bool, bool]] = {
     "plain-mild": ("loops_mild", False, False),
     "fully-mild": ("loops_mild", True, True),
 }
+#: The arms quick trains: the single-change ablations are full-only (their effects too).
+QUICK_ARMS = ["plain-large", "fully-large", "plain-mild", "fully-mild"]
 
 
 def _gpt(config: Mapping[str, Any], arm: str) -> GPTConfig:
@@ -153,7 +157,7 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    names = list(ARMS)
+    names = [arm for arm in ARMS if arm in measurements[0]["table"]]
     for i, name in enumerate(names):
         vals = [m["table"][name]["val_bpb"] for m in measurements]
         ax.scatter([i] * len(vals), vals, color="C0" if name.startswith("plain") else "C1")
@@ -172,8 +176,8 @@ _IF_DIVERGED = {"val_bpb": UNIFORM_BPB, "residual_growth": math.log(1e3)}
 _LARGE_GATED = ("stability_gap", "signal_alone", "attention_alone", "residual_explosion")
 
 
-def _vs_plain(name: str, arm: str, what: str) -> Any:
-    return difference(
+def _vs_plain(name: str, arm: str, what: str, scales: tuple[str, ...] = ()) -> Any:
+    effect = difference(
         name,
         f"{what} minus plain looped held-out val bits/byte at the large loop count (each at "
         "its tuned lr)",
@@ -185,8 +189,10 @@ def _vs_plain(name: str, arm: str, what: str) -> Any:
         unit="bpb",
         if_diverged=_IF_DIVERGED,
     )
+    return replace(effect, scales=scales)
 
 
+_FULL = ("full",)
 _BASE = {
     "d_model": 32,
     "n_layers": 2,
@@ -198,7 +204,7 @@ _BASE = {
     "eval_batches": 2,
     "eval_batch": 16,
     "loops_mild": 2,
-    "search": {"arms": list(ARMS), "space": {"lr": [3e-3, 1e-2, 3e-2]}, "extend": 0},
+    "search": {"arms": QUICK_ARMS, "space": {"lr": [3e-3, 1e-2]}, "extend": 0},
 }
 
 CLAIM = register_claim(
@@ -212,11 +218,14 @@ CLAIM = register_claim(
         ),
         primary=_vs_plain("stability_gap", "fully-large", "fully looped"),
         secondary=(
-            _vs_plain("signal_alone", "signal-large", "loop signal alone (normlab's reading)"),
+            _vs_plain(
+                "signal_alone", "signal-large", "loop signal alone (normlab's reading)", _FULL
+            ),
             _vs_plain(
                 "attention_alone",
                 "attn-large",
                 "attention injection alone (normlab's reading, input injection kept)",
+                _FULL,
             ),
             difference(
                 "mild_no_worse",
@@ -288,12 +297,15 @@ CLAIM = register_claim(
         setup=(
             "A stack of 2 TinyGPT blocks (d=32, 2 heads, context 32) looped 6 times (large) "
             "and 2 times (mild): plain (input injection at each loop), fully looped (loop "
-            "signal + attention injection, normlab's readings), and each change alone; "
-            "AdamW, lr tuned per arm over {3e-3, 1e-2, 3e-2} on validation, 10 warm-up "
-            "steps, clip 1, batch 16; held-out bits per byte."
+            "signal + attention injection, normlab's readings), and each change alone "
+            "(full scale); AdamW, lr tuned per arm on validation (quick: {3e-3, 1e-2}), 10 "
+            "warm-up steps, clip 1, batch 16; held-out bits per byte."
         ),
-        scale_note="quick runs 6 loops of a 2-block d=32 model for 150 steps (the paper: 12 "
-        "loops of a multi-block LM, long pretraining); full runs 12 loops of 4 blocks, d=64.",
+        scale_note="quick runs 6 loops of a 2-block d=32 model for 120 steps, four arms (plain "
+        "and fully looped at 6 and 2 loops), lr over {3e-3, 1e-2}: its budget; the paper runs "
+        "12 loops of a multi-block LM with long pretraining. Full runs 12 loops of 4 blocks, "
+        "d=64, 1500 steps, all six arms (with the single-change ablations), lr over "
+        "{1e-3, 3e-3, 1e-2}.",
         configs={
             "smoke": {
                 **_BASE,
@@ -304,7 +316,7 @@ CLAIM = register_claim(
                 "d_model": 16,
                 "search": {"arms": list(ARMS), "space": {"lr": [1e-2]}},
             },
-            "quick": {**_BASE, "seeds": 5, "steps": 150, "loops_large": 6},
+            "quick": {**_BASE, "seeds": 5, "steps": 120, "loops_large": 6},
             "full": {
                 **_BASE,
                 "seeds": 8,

@@ -10,7 +10,8 @@ deepest depth it is trained with Adam, with Adam + StableGrad in the paper's for
 (reference: the std of the gradient reaching the network output, "stablegrad") and with
 normlab's variant (reference: the last layer's gradient std, "stablegrad-last", since the
 PINN loss reaches the output only through its input derivatives); at the shallowest depth
-with Adam only (the depth premise). A BN-free residual CNN is trained on sklearn digits with
+with Adam only (the depth premise); the last-layer-reference arm runs at smoke and full
+only (the quick budget). A BN-free residual CNN is trained on sklearn digits with
 Adam and Adam + StableGrad (output reference). Every arm gets the same learning-rate grid
 (the protocol), selected per seed on validation: the PINN's physics loss on 256 held-out
 collocation points (no use of the exact solution), the CNN's accuracy on a held-out fifth
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -171,8 +173,12 @@ def _figure(measurements: Sequence[dict[str, Any]]):
 
     deep = max(measurements[0]["depths"])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
-    for k, arm in enumerate(ARMS):
-        errs = [m["table"][f"{arm}-deep"]["rel_l2"] for m in measurements]
+    for k, arm in enumerate(ARMS):  # the last-reference arm is not trained at quick
+        errs = [
+            m["table"][f"{arm}-deep"]["rel_l2"]
+            for m in measurements
+            if f"{arm}-deep" in m["table"]
+        ]
         ax1.scatter([k] * len(errs), [e if e is not None else 1.0 for e in errs], color=f"C{k}")
     for k, arm in enumerate(("adam", "stablegrad")):
         accs = [cell(m, f"{arm}-cnn", "test_acc") for m in measurements]
@@ -190,8 +196,10 @@ _PINN = {"width": 16, "points": 64}
 _CNN = {"cnn_width": 16, "cnn_batch": 128}
 
 
-def _config(seeds: int, lrs: list[float], extend: int, **kw: Any) -> dict[str, Any]:
-    search = {"arms": list(TUNED), "space": {"lr": lrs}, "extend": extend}
+def _config(
+    seeds: int, lrs: list[float], extend: int, arms: Sequence[str] = TUNED, **kw: Any
+) -> dict[str, Any]:
+    search = {"arms": list(arms), "space": {"lr": lrs}, "extend": extend}
     return {"seeds": seeds, **_PINN, **_CNN, **kw, "search": search}
 
 
@@ -222,17 +230,20 @@ CLAIM = register_claim(
             if_diverged=_DIV,
         ),
         secondary=(
-            difference(
-                "pinn_error_last_reference",
-                "log10 relative L2 error of Adam+StableGrad with normlab's last-layer "
-                "reference minus that of Adam, deepest PINN",
-                "stablegrad-last-deep",
-                "adam-deep",
-                "log10_rel_l2",
-                direction="less",
-                margin=_ERR_MARGIN,
-                unit="decades",
-                if_diverged=_DIV,
+            replace(  # not trained at quick (budget)
+                difference(
+                    "pinn_error_last_reference",
+                    "log10 relative L2 error of Adam+StableGrad with normlab's last-layer "
+                    "reference minus that of Adam, deepest PINN",
+                    "stablegrad-last-deep",
+                    "adam-deep",
+                    "log10_rel_l2",
+                    direction="less",
+                    margin=_ERR_MARGIN,
+                    unit="decades",
+                    if_diverged=_DIV,
+                ),
+                scales=("smoke", "full"),
             ),
             difference(
                 "bnfree_cnn_accuracy",
@@ -285,7 +296,7 @@ CLAIM = register_claim(
             ),
         ),
         free_settings=(
-            FreeSetting("steps", 400, 900, "normlab's choice: the PINN training budget"),
+            FreeSetting("steps", 250, 600, "normlab's choice: the PINN training budget"),
             FreeSetting("width", 8, 32, "normlab's choice: the PINN's width"),
         ),
         headline=(
@@ -301,9 +312,10 @@ CLAIM = register_claim(
             "held-out collocation loss / held-out training digits."
         ),
         scale_note=(
-            "quick runs depths 8/24 (600 steps, 6 seeds, lr grid {1e-3, 3e-3} without edge "
-            "extension: a PINN run costs seconds) and 8 CNN blocks for 8 epochs; depths "
-            "8/32 at full."
+            "quick runs depths 8/24 (400 steps, 5 seeds, lr grid {1e-3, 3e-3} without edge "
+            "extension: a PINN run costs seconds) and 8 CNN blocks for 6 epochs; the "
+            "last-layer-reference arm (normlab's variant) and its secondary run at full only "
+            "(quick budget); depths 8/32 at full."
         ),
         configs={
             "smoke": _config(
@@ -316,17 +328,18 @@ CLAIM = register_claim(
                 cnn_epochs=1,
                 cnn_train_size=256,
             ),
-            # 600 steps (not 250): plain Adam's depth-8 PINN then learns the solution
-            # (relative L2 ~0.3 at seed 0) and the depth-24 one is measurably worse.
+            # Budget: 400 steps (the PINN cost is per step), the normlab-reference arm and its
+            # secondary at full only, 6 CNN epochs, 5 seeds: about 120 CPU-s for the claim.
             "quick": _config(
-                6,
+                5,
                 [1e-3, 3e-3],
                 0,
                 depths=[8, 24],
-                steps=600,
+                steps=400,
                 points=32,
                 cnn_blocks=8,
-                cnn_epochs=8,
+                cnn_epochs=6,
+                arms=[a for a in TUNED if a != "stablegrad-last-deep"],
             ),
             "full": _config(
                 10,
