@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -177,7 +176,7 @@ _LARGE_GATED = ("stability_gap", "signal_alone", "attention_alone", "residual_ex
 
 
 def _vs_plain(name: str, arm: str, what: str, scales: tuple[str, ...] = ()) -> Any:
-    effect = difference(
+    return difference(
         name,
         f"{what} minus plain looped held-out val bits/byte at the large loop count (each at "
         "its tuned lr)",
@@ -188,8 +187,8 @@ def _vs_plain(name: str, arm: str, what: str, scales: tuple[str, ...] = ()) -> A
         margin=_BPB_MARGIN,
         unit="bpb",
         if_diverged=_IF_DIVERGED,
+        scales=scales,
     )
-    return replace(effect, scales=scales)
 
 
 _FULL = ("full",)

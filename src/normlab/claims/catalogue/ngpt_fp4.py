@@ -267,7 +267,7 @@ def _configs() -> dict[str, dict[str, Any]]:
             "seeds": 5,
             **_BASE,
             "context": 32,
-            "steps": 240,
+            "steps": 200,
             "widths": (64,),
             "search": {"arms": ["tinygpt-d64", "ngpt-d64"], "space": {"lr": _LRS}, "extend": 0},
             "probe_sequences": 16,
@@ -398,7 +398,7 @@ CLAIM = register_claim(
             "of every linear layer of the fp32 models at k = d_model."
         ),
         scale_note=(
-            "Quick trains 240 steps of context 32 at width 64 only, lr over {3e-3, 3e-2} "
+            "Quick trains 200 steps of context 32 at width 64 only, lr over {3e-3, 3e-2} "
             "without edge extension (its budget), so the effects across widths are full-only; "
             "the seed's widths are 1-4k, and full scale (64-256, 2000 steps, four rates, one "
             "extension) is the test."
