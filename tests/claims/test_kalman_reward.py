@@ -27,7 +27,9 @@ def test_summarize_counts_episodes_to_475_and_the_budget_when_unreached():
     rets = [10.0] * 20 + [500.0] * 10
     s = summarize(rets)
     assert s["episodes_to_475"] == 28  # the first 8-episode window at >= 475 ends at episode 28
+    assert s["solved"] == 1.0
     assert summarize([10.0] * 30)["episodes_to_475"] == 30
+    assert summarize([10.0] * 30)["solved"] == 0.0
     assert s["auc"] == pytest.approx((200 + 5000) / 30)
 
 
@@ -59,3 +61,11 @@ def test_effects_take_both_signs():
             assert hi > effect.margin.value and lo < -effect.margin.value, effect.name
         else:
             assert hi < -effect.margin.value and lo > effect.margin.value, effect.name
+
+
+def test_episodes_to_475_is_read_only_when_the_baseline_solves():
+    pre = next(p for p in CLAIM.preconditions if p.name == "zscore_solves")
+    assert pre.gates == ("episodes_to_475",)
+    solved = {"table": {"zscore": {"solved": 1.0}}}
+    unsolved = {"table": {"zscore": {"solved": 0.0}}}
+    assert pre.fn(solved) >= pre.threshold > pre.fn(unsolved)
