@@ -24,33 +24,8 @@ def test_eval_mode_unlearning_leaves_running_statistics_alone():
     model = bn_cnn(8, 2, norm="batch", seed=0)
     x, y = torch.rand(32, 1, 8, 8), torch.randint(0, 10, (32,))
     stats = model.norms[0].running_mean.clone()
-    unlearn(
-        model,
-        "grad-ascent",
-        (x, y),
-        (x, y),
-        lr=1e-2,
-        batch=16,
-        stop_acc=-1.0,
-        max_steps=3,
-        generator=torch.Generator().manual_seed(0),
-        mode="eval",
-    )
-    assert torch.equal(model.norms[0].running_mean, stats)
-    unlearn(
-        model,
-        "grad-ascent",
-        (x, y),
-        (x, y),
-        lr=1e-2,
-        batch=16,
-        stop_acc=-1.0,
-        max_steps=3,
-        generator=torch.Generator().manual_seed(0),
-        mode="train",
-    )
-    assert not torch.equal(model.norms[0].running_mean, stats)
-    with pytest.raises(ValueError, match="mode"):
+
+    def unlearn_in(mode: str, *, stop_acc: float = -1.0, max_steps: int = 3) -> None:
         unlearn(
             model,
             "grad-ascent",
@@ -58,11 +33,18 @@ def test_eval_mode_unlearning_leaves_running_statistics_alone():
             (x, y),
             lr=1e-2,
             batch=16,
-            stop_acc=0.0,
-            max_steps=1,
-            generator=torch.Generator(),
-            mode="test",
+            stop_acc=stop_acc,
+            max_steps=max_steps,
+            generator=torch.Generator().manual_seed(0),
+            mode=mode,
         )
+
+    unlearn_in("eval")
+    assert torch.equal(model.norms[0].running_mean, stats)
+    unlearn_in("train")
+    assert not torch.equal(model.norms[0].running_mean, stats)
+    with pytest.raises(ValueError, match="mode"):
+        unlearn_in("test", stop_acc=0.0, max_steps=1)
 
 
 def _table(after, recal, attack, eval_recal):
