@@ -475,13 +475,13 @@ def judge_claim(
         pres = tuple(
             judge_premise(p, measurements, names)
             for p in (*claim.premises, *claim.preconditions)
-            if p.name not in skipped
+            if measured_at(p, scale)
         )
         failed_pres = [p for p in pres if not p.held]
         effects = []
         roles = ["primary"] + ["secondary"] * len(claim.secondary)
         for role, effect in zip(roles, claim.effects, strict=True):
-            if effect.name in skipped:
+            if not measured_at(effect, scale):
                 continue
             ev = judge_effect(effect, measurements, role)
             gating = [p for p in failed_pres if effect.name in p.gates]
