@@ -109,7 +109,7 @@ class SiegelNet(nn.Module):
         bn: bool = True,
         dispersion: bool = False,
         hidden: int = 32,
-        karcher_iters: int = 10,
+        karcher_iters: int = 20,
         dtype: torch.dtype = torch.float64,
     ) -> None:
         super().__init__()
@@ -159,7 +159,7 @@ class SPDNet(nn.Module):
         dispersion: bool = False,
         complex_input: bool = True,
         floor: float = 1e-4,
-        karcher_iters: int = 10,
+        karcher_iters: int = 20,
         dtype: torch.dtype = torch.float64,
     ) -> None:
         super().__init__()

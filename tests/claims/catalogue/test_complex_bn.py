@@ -74,3 +74,21 @@ def test_every_arm_is_tuned_with_the_same_grid():
 
     spaces = searches(CLAIM.config("quick"))
     assert set(spaces) == set(ARMS) and len({s.trials for s in spaces.values()}) == 1
+
+
+def test_quick_training_means_converge_without_warnings():
+    """At quick's size and its top lr the batch means reach their 1e-6 tolerance within the
+    default Karcher budget (10 iterations warned here, at gradient norm 1.4e-6)."""
+    import warnings
+
+    from normlab.claims.catalogue import complex_bn as C
+    from normlab.claims.common import seed_everything
+
+    torch.set_num_threads(1)
+    cfg = CLAIM.config("quick")
+    gen = seed_everything(0)
+    hpd = tuple(C._data(cfg, gen, k) for k in (cfg["train_per_class"], 30, 60))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        curves = C._train(cfg, 0, "bn", 0.1, {"hpd": hpd, "siegel": hpd})
+    assert all(math.isfinite(a) for a in curves["test"])
