@@ -189,9 +189,9 @@ def _check_linear_start(config: Mapping[str, Any]) -> CheckOutcome:
     x, y = streak_frames(4, g, size=8, frames=3, stars=2)
     net = _net("learned", x, 3, 4, "linear")
     sc = net.scaling
-    lo, hi = -float(sc.log_lo.exp()), float(sc.log_hi.exp())
+    lo, hi = -float(sc.log_lo.detach().exp()), float(sc.log_hi.detach().exp())
+    s = float(sc.log_soft.detach().exp())
     u = torch.linspace(lo, hi, 101)
-    s = float(sc.log_soft.exp())
     curve = torch.asinh(u / s)
     bend = float((curve - u / s).abs().max() / (u / s).abs().max())
     F.binary_cross_entropy_with_logits(net(x), y).backward()
@@ -332,7 +332,7 @@ CLAIM = register_claim(
             ),
         ),
         free_settings=(
-            FreeSetting("steps", 150, 600, "normlab's choice: the training budget"),
+            FreeSetting("steps", 300, 1200, "normlab's choice: the training budget"),
             FreeSetting("pos_power", 0.25, 1.0, "normlab's choice: the streak-pixel weight"),
         ),
         headline=(
@@ -342,8 +342,8 @@ CLAIM = register_claim(
         setup=(
             "Frames 16x16 (quick), 3 per sample, 6 stars per 16x16 with peak fluxes 10..1e4 "
             "noise sigma, sky 100-120, one streak of peak 10-20 sigma in 80% of samples; "
-            "TinySegNet width 8; Adam, batch 16, 300 steps (quick), lr grid {3e-3, 1e-2} "
-            "(no edge step at quick) for every arm, BCE with positive weight ((1 - p) / p) "
+            "TinySegNet width 8; Adam, batch 16, 600 steps (quick), lr grid {3e-3, 1e-2, "
+            "3e-2} (no edge step at quick) for every arm, BCE with positive weight ((1 - p) / p) "
             "** 0.5 (p "
             "the streak-pixel fraction); lr and best fixed arm chosen on validation; the "
             "learned curve starts nearly linear (softening at the larger clip bound)."
@@ -354,11 +354,14 @@ CLAIM = register_claim(
             "a step; stars are static and the noise is additive, so frame differences remove "
             "the stars for a linear scaling, as they would not with shot noise. The robust "
             "sigma is fitted on all training pixels, so the sky's spread between samples "
-            "(100-120) sets it (~10 noise sigma), not the per-frame noise. Quick trains 300 "
-            "steps (budget; previously 800): Adam moves the learned log-softening at most "
-            "lr x steps (0.9 at lr 3e-3, 3 at 1e-2), while reaching the asinh stretch from "
-            "the neutral start (softening ~1000 robust units) takes ~7, so at quick the "
-            "learned arm cannot become the asinh curve; the full scale's 3000 steps can."
+            "(100-120) sets it (~10 noise sigma), not the per-frame noise. Reaching the asinh "
+            "stretch from the neutral start (softening ~1000 robust units) takes a change of "
+            "~7 in the log-softening, and Adam can move it at most about lr x steps: quick "
+            "trains 600 steps with a grid up to 3e-2 (bound 18; at 300 steps and a grid "
+            "topped at 1e-2 the bound was 3 and asinh chose the top lr in every seed). "
+            "Measured at quick, the learned softening moved from ~1000 to ~78 (a change of "
+            "2.6) in 2 of 5 seeds and not toward it in the others: its gradient is weak, so the "
+            "learned curve stays far from asinh; the full scale trains 3000 steps."
         ),
         configs={
             "smoke": {
@@ -380,8 +383,10 @@ CLAIM = register_claim(
                 "n_train": 512,
                 "n_val": 128,
                 "n_test": 256,
-                "steps": 300,  # budget: previously 800, with an edge extension
-                "search": _search([3e-3, 1e-2], 0),
+                # budget: 600 steps and no edge step; the grid's top, 3e-2, lets the learned
+                # curve reach the asinh stretch (lr x steps 18 against the ~7 it needs)
+                "steps": 600,
+                "search": _search([3e-3, 1e-2, 3e-2], 0),
             },
             "full": {
                 "seeds": 10,
