@@ -64,3 +64,17 @@ def test_primary_is_negative_when_the_folded_model_is_faster():
 
     assert CLAIM.primary.fn(m(10.0, 9.0)) < 0 < CLAIM.primary.fn(m(9.0, 10.0))
     assert CLAIM.primary.fn(m(10.2, 10.0)) == pytest.approx(-CLAIM.primary.margin.value)
+
+
+def test_figure_bars_span_the_quartiles_of_a_slower_fold():
+    """The bars are the quartiles in percent, also when the folded model was slower (a
+    negative median): the bars once mixed percent with fractions and broke there."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    speed = {"median": -0.008, "q25": -0.076, "q75": 0.021}
+    table = {"speedup_torch": speed, "speedup_normlab": speed, "norm_share": {"normlab": 0.04}}
+    fig = get_claim("fold-ln").figure([{"table": table}])
+    bars = fig.axes[0].containers[0]
+    low, high = (float(v) for v in bars.lines[2][0].get_segments()[0][:, 1])
+    assert low == pytest.approx(-7.6) and high == pytest.approx(2.1)

@@ -296,20 +296,17 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     return {"table": table, "times": times}
 
 
-def _speedup(key: str) -> Any:
-    return lambda m: cell(m, f"speedup_{key}", "median")
-
-
 def _figure(measurements: Sequence[dict[str, Any]]):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for j, key in enumerate(("torch", "normlab")):
-        values = [100 * _speedup(key)(m) for m in measurements]
-        spread = [[100 * (v - cell(m, f"speedup_{key}", "q25")) for v, m in
-                   zip(values, measurements, strict=True)],
-                  [100 * (cell(m, f"speedup_{key}", "q75") - v) for v, m in
-                   zip(values, measurements, strict=True)]]  # fmt: skip
+        # percent: median with its quartiles as the bar (q25 <= median <= q75)
+        q = [[100 * cell(m, f"speedup_{key}", s) for m in measurements]
+             for s in ("q25", "median", "q75")]  # fmt: skip
+        values = q[1]
+        spread = [[v - lo for v, lo in zip(values, q[0], strict=True)],
+                  [hi - v for v, hi in zip(values, q[2], strict=True)]]  # fmt: skip
         ax.errorbar(range(len(values)), values, yerr=spread, fmt="o", color=f"C{j}",
                     label=f"folded, {key} path")  # fmt: skip
     shares = [100 * cell(m, "norm_share", "normlab") for m in measurements]
