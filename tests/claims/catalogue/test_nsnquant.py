@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 
-from normlab.claims.catalogue.nsnquant import CLAIM
+from normlab.claims.catalogue.nsnquant import CLAIM, clear_stale_build_lock
+from normlab.claims.core import measured_at
 
 
 def _table(nsn: float, kmeans: float, kivi: float, shift: float = 0.02) -> dict:
@@ -33,6 +34,9 @@ def test_smoke_run_checks_and_finite_effects(smoke_measurement):
     m = smoke_measurement(CLAIM.id)
     json.dumps(m)
     for effect in CLAIM.effects:
+        if not measured_at(effect, "smoke"):  # vs_quanto: smoke runs HQQ only
+            assert effect.name == "vs_quanto"
+            continue
         for e in effect.parts or (effect,):
             assert math.isfinite(e.fn(m)), e.name
     for check in CLAIM.checks:
@@ -75,3 +79,35 @@ def test_peer_quantizer_is_transformers_hqq_layer():
     err = float((q.dequantize(stored) - x).norm() / x.norm())
     assert 0.05 < err < 0.8  # 2-bit: lossy, but far better than zeros
     assert stored.bits == x.numel() * 2 + 32 * x.numel() // 64
+
+
+def test_peer_quantizer_is_transformers_quanto_layer():
+    import pytest
+    import torch
+
+    pytest.importorskip("optimum.quanto")
+    from normlab.claims.catalogue.nsnquant import PeerQuantizer
+
+    x = torch.randn(2, 1, 48, 64, generator=torch.Generator().manual_seed(0))
+    q = PeerQuantizer("quanto", bits=2, group=64)  # builds quanto's CPU kernels once
+    stored = q.quantize(x)
+    err = float((q.dequantize(stored) - x).norm() / x.norm())
+    assert 0.05 < err < 0.8
+    assert stored.bits == x.numel() * 2 + 32 * x.numel() // 64
+
+
+def test_a_stale_build_lock_is_removed_and_a_fresh_one_kept(tmp_path):
+    import os
+    import time
+
+    import pytest
+
+    assert not clear_stale_build_lock(tmp_path)  # no lock: nothing to do
+    lock = tmp_path / "lock"
+    lock.touch()
+    assert not clear_stale_build_lock(tmp_path) and lock.exists()  # a build in progress
+    old = time.time() - 3600
+    os.utime(lock, (old, old))
+    with pytest.warns(RuntimeWarning, match="interrupted build"):
+        assert clear_stale_build_lock(tmp_path)
+    assert not lock.exists()
