@@ -430,8 +430,10 @@ CLAIM = register_claim(
                 **_WIDE["smoke"],
                 "archs": [a for a in _ARCH_NAMES if a not in ("gpt2", "bert")],
             },
-            "quick": {"seeds": 5, **_WIDE["quick"], "archs": _ARCH_NAMES},
-            "full": {"seeds": 5, **_WIDE["full"], "archs": _ARCH_NAMES},
+            # 7 seeds: at 5 the primary's real-data null once gave an opposite-direction
+            # rate of 6.15% (32 sign patterns of noisy timings), above the 5% limit
+            "quick": {"seeds": 7, **_WIDE["quick"], "archs": _ARCH_NAMES},
+            "full": {"seeds": 7, **_WIDE["full"], "archs": _ARCH_NAMES},
         },
         run=run,
         figure=_figure,
