@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from normlab import kernels as K
+from normlab.kernels import _dispatch, cpu
 from normlab.kernels import autograd as KA
-from normlab.kernels import cpu
 from normlab.layers import DyT, LayerNorm, RMSNorm
 from tests.kernels._cases import CASES, assert_close, make_inputs, run
 
@@ -101,7 +101,7 @@ def test_plain_path_where_no_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
         raise RuntimeError("no C++ compiler found")
 
     monkeypatch.setattr(cpu, "build", fail)
-    monkeypatch.setattr(K, "_READY", {})
+    monkeypatch.setattr(_dispatch, "_READY", {})
     cpu.reset()
     try:
         with pytest.warns(RuntimeWarning, match="CPU kernels are unavailable"):

@@ -27,17 +27,23 @@ documented exception to "no global switches". :func:`normlab.papers.paper` keys:
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from math import prod
 
 import torch
-from torch import nn
 
 from normlab import functional as NF
 from normlab._checks import check_float, check_trailing_shape
+from normlab.kernels._dispatch import (
+    BACKENDS,
+    _applies,
+    _f32,
+    _grad,
+    available,
+    check_backend,
+    disabled,
+    enabled,
+)
 
 __all__ = [
     "BACKENDS",
@@ -51,99 +57,6 @@ __all__ = [
     "rms_norm",
     "softmax1",
 ]
-
-#: The layers' ``backend`` argument: "kernel" (the fast path where it applies) or "torch".
-BACKENDS = ("kernel", "torch")
-_ENV_ON = os.environ.get("NORMLAB_KERNELS", "1").strip().lower() not in ("0", "off", "false")
-_DISABLED = {"depth": 0}  # open ``disabled()`` blocks; a dict so torch.compile guards on it
-_PLAIN = (torch.Tensor, nn.Parameter)
-_READY: dict[str, bool] = {}
-_MAX_CUDA_D = 65536  # triton_kernels.MAX_D: one row per program
-_CUDA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-@contextlib.contextmanager
-def disabled() -> Iterator[None]:
-    """Inside the ``with`` block every call takes the plain torch path.
-
-    Example:
-        >>> import torch, normlab.kernels as K
-        >>> with K.disabled():
-        ...     K.enabled()
-        False
-    """
-    _DISABLED["depth"] += 1
-    try:
-        yield
-    finally:
-        _DISABLED["depth"] -= 1
-
-
-def enabled() -> bool:
-    """Whether the fast paths may run here (not in ``disabled()``, ``NORMLAB_KERNELS`` unset)."""
-    return _ENV_ON and _DISABLED["depth"] == 0
-
-
-def check_backend(backend: str) -> str:
-    """``backend`` if it is one of :data:`BACKENDS`, else a ValueError saying the choices."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}.")
-    return backend
-
-
-def _device_ready(kind: str) -> bool:
-    ready = _READY.get(kind)
-    if ready is None:
-        if torch.compiler.is_compiling():  # the op decides when it runs (_ops.backend)
-            return kind in ("cpu", "cuda")
-        if kind == "cpu":
-            from normlab.kernels import cpu
-
-            ready = cpu.library() is not None
-        else:
-            ready = kind == "cuda" and importlib.util.find_spec("triton") is not None
-            ready = ready and torch.cuda.is_available()
-        _READY[kind] = ready
-    return ready
-
-
-def available(device: str | torch.device = "cpu") -> bool:
-    """Whether a fast path exists on ``device`` (builds the CPU library if needed).
-
-    The answer is decided once per process, by the first call of a kernel or of this
-    function. A model compiled before that holds normlab's custom ops all the same; they
-    load the library when they first run (and compute in plain torch where it is missing).
-    """
-    return _device_ready(torch.device(device).type)
-
-
-def _applies(x: torch.Tensor, *params: torch.Tensor | None, d: int | None = None) -> bool:
-    if not enabled() or type(x) not in _PLAIN or x.dim() == 0:
-        return False
-    if x.device.type == "cuda" and (d if d is not None else x.shape[-1]) > _MAX_CUDA_D:
-        return False
-    if torch._C._are_functorch_transforms_active():
-        return False
-    kind = x.device.type
-    if kind == "cpu":
-        from normlab.kernels.cpu import DTYPES
-
-        ok = x.dtype in DTYPES
-    else:
-        ok = kind == "cuda" and x.dtype in _CUDA_DTYPES
-    for p in params:
-        if p is not None and (type(p) not in _PLAIN or p.device != x.device):
-            return False
-    return ok and _device_ready(kind)
-
-
-def _grad(*tensors: torch.Tensor | None) -> bool:
-    """Whether autograd will record this call (else the kernels run without a graph)."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
-def _f32(p: torch.Tensor | None) -> torch.Tensor | None:
-    return None if p is None else p.detach().reshape(-1).to(torch.float32).contiguous()
 
 
 def rms_norm(

@@ -16,14 +16,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from normlab.kernels._dispatch import device_ready
+
 __all__ = ["backend", "call"]
 
 
 def backend(x: Tensor) -> Any:
     """The kernel module for ``x``'s device (the plain-torch one where it has none)."""
-    from normlab.kernels import _device_ready
-
-    if not _device_ready(x.device.type):
+    if not device_ready(x.device.type):
         from normlab.kernels import _fallback
 
         return _fallback
