@@ -77,3 +77,52 @@ def test_tune_arms_gives_every_arm_the_same_budget():
 def test_divergence_record():
     assert diverged(12, float("inf")) == {"step": 12, "last": None}
     assert diverged(3, 2.5) == {"step": 3, "last": 2.5}
+
+
+def test_an_edge_choice_extends_every_axis_it_sits_on():
+    # the best is at high lr *and* high r: both axes extend in the same round
+    t = tune(
+        Search({"lr": [1e-3, 1e-2], "r": [0.1, 1.0]}, extend=1),
+        lambda p: (-math.log10(p["lr"]) - math.log10(p["r"]), None),
+    )
+    tried = [p for p, _ in t.history]
+    assert {"lr": 1e-1, "r": 1.0} in [pytest.approx(p) for p in tried]
+    assert {"lr": 1e-2, "r": 10.0} in [pytest.approx(p) for p in tried]
+    assert t.extended == 2 and t.trials == 6
+
+
+def test_a_second_axis_is_not_starved_while_the_first_stays_on_its_edge():
+    # lr keeps improving upward forever; r's optimum is one step below its grid
+    def score(p):
+        return -math.log10(p["lr"]) + abs(math.log10(p["r"]) + 2), None
+
+    t = tune(Search({"lr": [1e-3, 1e-2], "r": [0.1, 1.0]}, extend=2), score)
+    assert t.chosen["r"] == pytest.approx(1e-2)
+
+
+def test_ties_do_not_go_to_the_smallest_value():
+    flat = tune(Search({"lr": [1e-3, 1e-2, 1e-1]}, extend=0), lambda p: (0.0, None))
+    assert flat.chosen == {"lr": 1e-2} and flat.tie == "centre"
+    # two tied ends of a two-value grid: a hash draw, the same on every call
+    a = tune(Search({"lr": [1e-3, 1e-2]}, extend=0), lambda p: (0.0, None))
+    b = tune(Search({"lr": [1e-3, 1e-2]}, extend=0), lambda p: (0.0, None))
+    assert a.tie == "hash" and a.chosen == b.chosen
+
+
+def test_tie_rule_has_no_direction_bias_over_many_grids():
+    lows = highs = 0
+    for k in range(200):
+        grid = [10.0**-k / 7, 10.0 ** (1 - k) / 7]
+        t = tune(Search({"lr": grid}, extend=0), lambda p: (1.0, None))
+        lows += t.chosen["lr"] == grid[0]
+        highs += t.chosen["lr"] == grid[1]
+    assert lows + highs == 200 and 60 < lows < 140  # a fair coin, not always one end
+
+
+def test_the_reference_is_recorded_for_the_learned_premise():
+    config = {"search": {"arms": ["x", "y"], "space": {"lr": [1, 2, 3]}}}
+    _, records = tune_arms(config, lambda arm, p: (p["lr"], None), reference={"x": 5, "y": 0})
+    assert records["x"]["reference"] == 5 and records["y"]["reference"] == 0
+    assert records["x"]["tie"] == "unique"
+    _, bare = tune_arms(config, lambda arm, p: (p["lr"], None))
+    assert bare["x"]["reference"] is None  # not declared: written as null

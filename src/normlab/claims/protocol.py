@@ -7,10 +7,13 @@ space per arm, ``{"per_arm": {"grpo": {"lr": [...]}, "dr-grpo": {"lr": [...]}}}`
 optional ``"extend"`` (how many steps a choice on the edge of an ordered numeric axis may
 extend the space; default 1). Every arm gets the same number of grid trials
 (:func:`searches` refuses otherwise). :func:`tune` evaluates the grid, selects on the
-*validation* score (never test), extends an edge choice one step at a time up to
-``extend`` (geometric axes continue geometrically, others arithmetically), and flags a
-choice still on the edge. The record goes into the measurement under ``"tuning"`` so the
-report shows it.
+*validation* score (never test), breaks ties on validation without a direction bias
+(nearest the centre of the space, then a hash), extends an edge choice along every
+ordered axis on whose edge it sits, one step per axis per round up to ``extend`` rounds
+(geometric axes continue geometrically, others arithmetically), and flags a choice still
+on the edge. The record goes into the measurement under ``"tuning"`` so the report shows
+it, with the arm's trivial reference on validation (the learned premise: every tuned arm
+must beat it; :mod:`normlab.claims.rule` judges it).
 
 **Divergence.** A training run that diverges is an outcome, not an error:
 :func:`diverged` records it (step, last finite metric) under the measurement's
@@ -19,6 +22,7 @@ report shows it.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -96,9 +100,16 @@ class Tuned:
         val: their validation score (lower is better).
         trials: how many configurations were evaluated (grid plus extensions).
         grid_trials: the grid's size (the same for every arm).
-        extended: how many edge extensions were taken.
+        extended: how many edge extensions were taken (over every axis).
         on_edge: the choice is still on the edge of an ordered axis after extending.
         history: ``(params, val)`` of every trial, in order.
+        tie: how the choice was made among trials tied on validation: ``"unique"`` (no
+            tie), ``"centre"`` (the tied trial nearest the centre of the searched space) or
+            ``"hash"`` (equally central tied trials, one drawn by a hash of its parameters);
+            never the first or the smallest value, which would favour one direction.
+        reference: the validation score of the arm's trivial reference (chance accuracy,
+            the uniform predictor, the untrained model), on the same lower-is-better scale;
+            the learned premise requires ``val < reference``. NaN when none was declared.
         result: what the evaluation returned for the chosen parameters (not recorded).
     """
 
@@ -109,17 +120,22 @@ class Tuned:
     extended: int
     on_edge: bool
     history: tuple[tuple[dict[str, Any], float], ...]
+    tie: str = "unique"
+    reference: float = math.nan
     result: Any = field(default=None, compare=False)
 
     def record(self) -> dict[str, Any]:
         """The JSON record written under the measurement's ``"tuning"``."""
         out = asdict(self)
         out.pop("result")
-        out["val"] = self.val if math.isfinite(self.val) else None
-        out["history"] = [
-            {"params": p, "val": v if math.isfinite(v) else None} for p, v in self.history
-        ]
+        out["val"] = _finite_or_none(self.val)
+        out["reference"] = _finite_or_none(self.reference)
+        out["history"] = [{"params": p, "val": _finite_or_none(v)} for p, v in self.history]
         return out
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _next_value(values: Sequence[Any], upward: bool) -> Any | None:
@@ -132,16 +148,74 @@ def _next_value(values: Sequence[Any], upward: bool) -> Any | None:
     return type(nums[0])(out) if isinstance(nums[0], int) else float(out)
 
 
-def tune(search: Search, evaluate: Callable[[dict[str, Any]], tuple[float, Any]]) -> Tuned:
+def _edges(chosen: Mapping[str, Any], axes: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """Every ordered axis on whose edge ``chosen`` sits, with the value one step beyond."""
+    out = {}
+    for key, values in axes.items():
+        if len(values) < 2 or chosen[key] not in (values[0], values[-1]):
+            continue
+        nxt = _next_value(values, upward=chosen[key] == values[-1])
+        if nxt is not None:
+            out[key] = nxt
+    return out
+
+
+def _centrality(params: Mapping[str, Any], axes: Mapping[str, list[Any]]) -> float:
+    """Squared distance of ``params`` from the centre of the space, each ordered axis
+    mapped to [0, 1] by rank (axes without an order do not count)."""
+    total = 0.0
+    for key, values in axes.items():
+        if len(values) > 1 and _next_value(values, upward=True) is not None:
+            total += (values.index(params[key]) / (len(values) - 1) - 0.5) ** 2
+    return total
+
+
+def _pick(history: Sequence[tuple[dict[str, Any], float]], axes) -> tuple[int, str]:
+    """The index of the best trial and the rule that broke a tie on validation.
+
+    Ties go to the trial nearest the centre of the searched space, then to a hash of the
+    parameters: neither favours small or large values, so an arm that scores the same
+    everywhere (every lr at chance) is not pushed to the least travel.
+    """
+    best = min(v for _, v in history)
+    tied = [i for i, (_, v) in enumerate(history) if v == best]
+    if len(tied) == 1:
+        return tied[0], "unique"
+    keys = {i: _centrality(history[i][0], axes) for i in tied}
+    nearest = min(keys.values())
+    central = [i for i in tied if keys[i] == nearest]
+    if len(central) == 1:
+        return central[0], "centre"
+    digest = {
+        i: hashlib.sha256(repr(sorted(history[i][0].items())).encode()).hexdigest()
+        for i in central
+    }
+    return min(central, key=digest.__getitem__), "hash"
+
+
+def tune(
+    search: Search,
+    evaluate: Callable[[dict[str, Any]], tuple[float, Any]],
+    reference: float = math.nan,
+) -> Tuned:
     """Evaluate every grid point, select the lowest validation score, extend edge choices.
+
+    An edge choice extends along *every* ordered axis on whose edge it sits, one step per
+    axis per round, for up to ``search.extend`` rounds (each axis gets the same budget, so
+    a second axis is not starved while the first stays on its edge). Geometric axes
+    continue geometrically, others arithmetically. Ties on validation are broken without
+    a direction bias (see :func:`_pick`).
 
     Args:
         search: the arm's space.
         evaluate: ``params -> (validation score, result)``; lower is better; a diverged run
             returns ``math.inf`` (NaN is read as inf). Never pass a test score.
+        reference: the validation score of the arm's trivial reference (see
+            :class:`Tuned`), recorded for the learned premise.
     """
     history: list[tuple[dict[str, Any], float]] = []
     results: list[Any] = []
+    axes = {k: list(v) for k, v in search.space.items()}
 
     def trial(params: dict[str, Any]) -> None:
         val, result = evaluate(dict(params))
@@ -151,42 +225,30 @@ def tune(search: Search, evaluate: Callable[[dict[str, Any]], tuple[float, Any]]
 
     for params in search.grid():
         trial(params)
-    axes = {k: list(v) for k, v in search.space.items()}
     extended = 0
-
-    def best() -> int:
-        return min(range(len(history)), key=lambda i: history[i][1])
-
-    def edge_step() -> tuple[str, Any] | None:
-        chosen = history[best()][0]
-        for key, values in axes.items():
-            if len(values) < 2:
-                continue
-            if chosen[key] == values[-1]:
-                nxt = _next_value(values, upward=True)
-                return (key, nxt) if nxt is not None else None
-            if chosen[key] == values[0]:
-                nxt = _next_value(values, upward=False)
-                return (key, nxt) if nxt is not None else None
-        return None
-
-    while extended < search.extend and math.isfinite(history[best()][1]):
-        step = edge_step()
-        if step is None:
+    for _ in range(search.extend):
+        i, _rule = _pick(history, axes)
+        if not math.isfinite(history[i][1]):
             break
-        key, value = step
-        axes[key] = [*axes[key], value] if value > axes[key][-1] else [value, *axes[key]]
-        trial({**history[best()][0], key: value})
-        extended += 1
-    i = best()
+        steps = _edges(history[i][0], axes)
+        if not steps:
+            break
+        chosen = history[i][0]
+        for key, value in steps.items():
+            axes[key] = [*axes[key], value] if value > axes[key][-1] else [value, *axes[key]]
+            trial({**chosen, key: value})
+            extended += 1
+    i, rule = _pick(history, axes)
     return Tuned(
         chosen=history[i][0],
         val=history[i][1],
         trials=len(history),
         grid_trials=search.trials,
         extended=extended,
-        on_edge=edge_step() is not None,
+        on_edge=bool(_edges(history[i][0], axes)),
         history=tuple(history),
+        tie=rule,
+        reference=float(reference),
         result=results[i],
     )
 
@@ -195,6 +257,8 @@ def tune_arms(
     config: Mapping[str, Any],
     evaluate: Callable[[str, dict[str, Any]], tuple[float, Any]],
     arms: Sequence[str] | None = None,
+    *,
+    reference: float | Mapping[str, float] | Callable[[str], float] = math.nan,
 ) -> tuple[dict[str, Tuned], dict[str, dict[str, Any]]]:
     """:func:`tune` every arm of the config's search.
 
@@ -202,6 +266,9 @@ def tune_arms(
         config: the claim's config (its ``"search"``).
         evaluate: ``(arm, params) -> (validation score, result)``.
         arms: a subset of the search's arms (default: all).
+        reference: each arm's trivial reference on validation (a number for every arm, a
+            mapping or ``arm -> number``), on the validation score's lower-is-better scale;
+            the engine's learned premise requires every tuned arm to beat it.
 
     Returns:
         ``(tuned, records)``: arm -> :class:`Tuned`, and arm -> its JSON record for the
@@ -212,7 +279,17 @@ def tune_arms(
     unknown = [a for a in chosen if a not in spaces]
     if unknown:
         raise ValueError(f"Arms {unknown} have no search space; the search has {list(spaces)}.")
-    tuned = {arm: tune(spaces[arm], lambda p, arm=arm: evaluate(arm, p)) for arm in chosen}
+
+    def ref(arm: str) -> float:
+        if callable(reference):
+            return float(reference(arm))
+        if isinstance(reference, Mapping):
+            return float(reference[arm])
+        return float(reference)
+
+    tuned = {
+        arm: tune(spaces[arm], lambda p, arm=arm: evaluate(arm, p), ref(arm)) for arm in chosen
+    }
     return tuned, {arm: t.record() for arm, t in tuned.items()}
 
 
