@@ -3,8 +3,9 @@
 Advantages (kind ``"advantage"``): :func:`advantages` with ``method`` one of GRPO, batch-std,
 Dr. GRPO, RLOO, GDPO, SLAS, P-GRPO (:class:`PreferenceGroupAdvantage`). Reward normalizers:
 :class:`KalmanRewardNormalizer`, :class:`RunningRewardNormalizer`; their gymnasium wrappers
-(:class:`KalmanNormalizeReward`, :class:`RunningNormalizeReward`) load on first access, since
-gymnasium is optional.
+(:class:`KalmanNormalizeReward`, :class:`RunningNormalizeReward` and their vector-env forms
+:class:`VectorKalmanNormalizeReward`, :class:`VectorRunningNormalizeReward`) load on first
+access, since gymnasium is optional.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ __all__ = [
     "PreferenceGroupAdvantage",
     "RunningNormalizeReward",
     "RunningRewardNormalizer",
+    "VectorKalmanNormalizeReward",
+    "VectorRunningNormalizeReward",
     "advantages",
     "group_index",
     "kalman_steady_state",
