@@ -1,9 +1,12 @@
 """The import direction of shared/DESIGN.md, checked on every module's source.
 
 ``functional`` <- ``kernels`` <- method families <- ``surgery``, ``probes`` <- ``models``,
-``data`` <- ``claims`` <- ``cli``, with the top-level private modules (``_registry``,
-``_checks``, ``_io``, ``papers``, ...) as the base. Every import counts, including those inside
-functions: a lazy import still ties the lower layer to the higher one.
+``data`` <- ``training`` <- ``claims`` <- ``cli``, with the top-level private modules
+(``_registry``, ``_checks``, ``_io``, ``papers``, ...) as the base. Every import counts,
+including those inside functions: a lazy import still ties the lower layer to the higher one.
+The package root is checked like any module: it sits above ``models`` (``normlab.save`` and
+``normlab.load`` reach the checkpoint I/O), so no library layer up to ``models`` and ``data``
+may import it.
 """
 
 from __future__ import annotations
@@ -29,17 +32,19 @@ FAMILIES = (
     "quant",
 )
 #: Layer of each top-level part of the package; a module may import only its own layer or
-#: lower ones. The package root (``normlab/__init__.py``) imports every family and the
-#: probes/surgery layer, so importing it counts as layer 3.5.
+#: lower ones. The package root (``normlab/__init__.py``) imports every family, the
+#: probes/surgery layer and (for ``save``/``load``) ``models.checkpoint``, so it sits just
+#: above ``models`` and ``data``: importing it is allowed from ``training`` up.
 LEVELS: dict[str, float] = {
     "functional": 1,
     "kernels": 1.5,  # fused fast paths of functional's formulas, under every family
     **dict.fromkeys(FAMILIES, 2),
     "surgery": 3,
     "probes": 3,
-    "<root>": 3.5,
     "models": 4,
     "data": 4,
+    "<root>": 4.25,
+    "training": 4.5,
     "claims": 5,
     "cli": 6,
     "__main__": 6,
@@ -116,10 +121,7 @@ MODULES = sorted(SRC.rglob("*.py"))
 
 
 def violations(path: Path) -> list[str]:
-    name = module_name(path)
-    if name == "normlab":  # the root re-exports every family by design
-        return []
-    mine = part_of(name)
+    mine = part_of(module_name(path))
     out = []
     for line, target in imports(path):
         theirs = part_of(target)
@@ -158,6 +160,7 @@ def test_allowed_pairs_are_used_and_one_way():
     ("source", "expected"),
     [
         ("from normlab.models.gpt import TinyGPT\n", "above"),
+        ("from normlab.training.fit import fit\n", "above"),
         ("def f():\n    from normlab import claims\n", "above"),
         ("from ..attention import scores\n", "separate"),
         ("import normlab\n", "above"),
@@ -168,10 +171,36 @@ def test_the_checker_catches_violations(tmp_path, monkeypatch, source, expected)
     fake = tmp_path / "normlab" / "layers" / "fake.py"
     fake.parent.mkdir(parents=True)
     fake.write_text(source)
-    for sub in ("models", "claims", "attention", "functional"):
+    for sub in ("models", "training", "claims", "attention", "functional"):
         (tmp_path / "normlab" / sub).mkdir()
         (tmp_path / "normlab" / sub / "__init__.py").write_text("")
     monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path / "normlab")
+    found = violations(fake)
+    if expected is None:
+        assert not found
+    else:
+        assert len(found) == 1 and expected in found[0], found
+
+
+@pytest.mark.parametrize(
+    ("where", "source", "expected"),
+    [
+        ("__init__.py", "def f():\n    from normlab import claims\n", "above"),
+        ("__init__.py", "from normlab.models import checkpoint\n", None),
+        ("models/fake.py", "import normlab\n", "above"),
+        ("training/fake.py", "import normlab\n", None),
+    ],
+)
+def test_the_root_is_checked_both_ways(tmp_path, monkeypatch, where, source, expected):
+    """The root's own imports are checked, and the library below it may not import it."""
+    root = tmp_path / "normlab"
+    for sub in ("models", "training", "claims"):
+        (root / sub).mkdir(parents=True)
+        (root / sub / "__init__.py").write_text("")
+    (root / "models" / "checkpoint.py").write_text("")
+    fake = root / where
+    fake.write_text(source)
+    monkeypatch.setattr(sys.modules[__name__], "SRC", root)
     found = violations(fake)
     if expected is None:
         assert not found

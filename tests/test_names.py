@@ -8,12 +8,12 @@ from torch import nn
 
 import normlab
 from normlab import layers, probes, surgery
-from normlab.models import forecast_train, lm
+from normlab.training import forecast, lm
 
 
 def test_train_configs_are_named_for_their_trainer():
-    assert not hasattr(lm, "TrainConfig") and not hasattr(forecast_train, "TrainConfig")
-    assert lm.LMTrainConfig is not forecast_train.ForecastTrainConfig
+    assert not hasattr(lm, "TrainConfig") and not hasattr(forecast, "TrainConfig")
+    assert lm.LMTrainConfig is not forecast.ForecastTrainConfig
 
 
 def test_probe_runner_is_named_for_what_it_runs():

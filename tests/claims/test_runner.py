@@ -124,15 +124,15 @@ def test_task_key_ignores_unrelated_modules_and_hashes_the_claim_module(planted,
 
 
 def test_closure_follows_function_level_and_relative_imports(tmp_path):
-    closure = sources.source_closure(["normlab.models.lm"])
+    closure = sources.source_closure(["normlab.training.lm"])
     assert {"normlab.models.gpt", "normlab.data.corpus", "normlab.quant.model"} <= set(closure)
     assert "normlab.claims.core" not in closure
 
 
-@pytest.mark.parametrize("relative", ["models/lm.py", "models/gpt.py", "layers/norms.py"])
+@pytest.mark.parametrize("relative", ["training/lm.py", "models/gpt.py", "layers/norms.py"])
 def test_trained_model_key_follows_the_trainer_and_model_code(monkeypatch, relative):
-    from normlab.models import lm
     from normlab.models.gpt import GPTConfig
+    from normlab.training import lm
 
     assert not hasattr(lm, "TRAIN_VERSION")
     config = GPTConfig(d_model=16, n_layers=1, n_heads=2, context=16)
@@ -144,8 +144,8 @@ def test_trained_model_key_follows_the_trainer_and_model_code(monkeypatch, relat
 def test_corrupt_trained_model_is_retrained(tmp_path, monkeypatch):
     import torch
 
-    from normlab.models import lm
     from normlab.models.gpt import GPTConfig
+    from normlab.training import lm
 
     torch.set_num_threads(1)
     monkeypatch.setenv("NORMLAB_CACHE", str(tmp_path))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import normlab
-from normlab.models.forecast_train import build_norm
+from normlab.models.forecaster import build_norm
 
 L, H, C = 48, 24, 3
 SERIES_METHODS = normlab.methods(kind="series")

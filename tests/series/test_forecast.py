@@ -10,7 +10,7 @@ import torch
 import normlab
 from normlab.data.series import cyclic_series, split_windows
 from normlab.models.forecast import BACKBONES, build_backbone
-from normlab.models.forecast_train import (
+from normlab.training.forecast import (
     Forecaster,
     ForecastTrainConfig,
     build_norm,
@@ -107,7 +107,7 @@ def test_build_norm_rejects_other_kinds():
 
 
 def test_tune_norin_starts_at_slifker_shapiro_and_keeps_the_selected_model(splits):
-    from normlab.models.norin_tuning import tune_norin
+    from normlab.training.norin import tune_norin
 
     tuned = tune_norin(
         "linear", splits, TINY, n_trials=3, seed=0, fit_windows=200, test_windows=64

@@ -5,7 +5,7 @@ method, and the residual scheme one of: pre-LN, post-LN, depth-wise attention re
 ("attnres"), OASIS ("oasis": attention residuals with the inter-layer null signal), or nGPT
 ("ngpt": hidden states and weights on the unit sphere, no norm layers). Claims train it on
 the standard-library corpus (:mod:`normlab.data.corpus`) with
-:func:`normlab.models.lm.train_lm`.
+:func:`normlab.training.lm.train_lm`.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from normlab.claims.catalogue.kalman_reward import ARMS, CLAIM, summarize
-from normlab.models.policy import normalize_returns
 from normlab.rl import KalmanRewardNormalizer, RunningRewardNormalizer
+from normlab.training.policy import normalize_returns
 
 
 def test_smoke_run_tunes_every_arm_and_checks_pass():

@@ -72,7 +72,7 @@ def test_fixed_amax_changes_the_quantized_training():
     from dataclasses import replace
 
     from normlab.models.gpt import GPTConfig
-    from normlab.models.lm import LMTrainConfig, train_lm
+    from normlab.training.lm import LMTrainConfig, train_lm
 
     tc = LMTrainConfig(steps=2, batch=2, lr=1e-2, warmup=1, eval_batches=1,
                        matmul_quant="nvfp4")  # fmt: skip

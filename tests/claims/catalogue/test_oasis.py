@@ -70,7 +70,7 @@ def test_a_diverged_baseline_counts_as_exploded():
 def test_coupling_trains_at_its_own_rate():
     from normlab.claims.catalogue.oasis import train_config
     from normlab.models.gpt import TinyGPT
-    from normlab.models.lm import _param_groups
+    from normlab.training.lm import _param_groups
 
     config = CLAIM.config("quick")
     assert train_config(config, BASELINE).lr_multipliers == ()

@@ -2,7 +2,7 @@
 
 Both use the same architecture, training settings and learning-rate search per scale, so
 the dense (pre-LN, no weight decay) trials of a seed are trained once and read from
-:func:`normlab.models.lm.train_lm`'s cache by the other claim.
+:func:`normlab.training.lm.train_lm`'s cache by the other claim.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from normlab.models.gpt import GPTConfig, TinyGPT
-from normlab.models.lm import LMTrainConfig, train_lm
+from normlab.training.lm import LMTrainConfig, train_lm
 
 __all__ = [
     "LR_GRID",

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from normlab.data.corpus import VOCAB
-from normlab.models.lm import LMTrainConfig
+from normlab.training.lm import LMTrainConfig
 
 __all__ = ["HELD_OUT", "UNIFORM_BPB", "lm_train_config"]
 

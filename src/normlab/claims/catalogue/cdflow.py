@@ -49,8 +49,8 @@ from normlab.flows import (
     initialize_actnorm,
     mixing_parameters,
 )
-from normlab.models.fit import fit
 from normlab.papers import paper
+from normlab.training.fit import fit
 
 __all__ = ["CLAIM", "run", "time_operations"]
 

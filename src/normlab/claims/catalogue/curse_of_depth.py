@@ -47,9 +47,9 @@ from normlab.claims.core import (
 )
 from normlab.claims.protocol import tune_arms
 from normlab.data.corpus import corpus, sample_batch
-from normlab.models.lm import evaluate_bpb
 from normlab.papers import paper
 from normlab.probes.depth import depth_profile
+from normlab.training.lm import evaluate_bpb
 
 __all__ = ["CLAIM"]
 

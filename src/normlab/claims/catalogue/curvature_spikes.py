@@ -3,7 +3,7 @@
 The seed trains a small transformer on sparse modular addition and traces its loss spikes to
 the high curvature of the normalization layers. Here a one-block pre-LN TinyGPT is trained
 with mini-batch AdamW (no warm-up, no clipping) on a fixed training set of the task
-(:func:`normlab.models.modular.train_modular`) large enough to cover every pair of summed
+(:func:`normlab.training.modular.train_modular`) large enough to cover every pair of summed
 tokens, so the model generalises (test accuracy near 1 in most seeds, checked by a
 precondition) rather than memorising a few sequences; at every step the loss
 ``L_t`` and the curvature ``c_t`` (the largest spectral norm of any LayerNorm's Jacobian over
@@ -51,9 +51,9 @@ from normlab.claims.core import (
     difference,
     register_claim,
 )
-from normlab.models.modular import train_modular
 from normlab.papers import paper
 from normlab.probes.dynamics import norm_curvature, norm_jacobian
+from normlab.training.modular import train_modular
 
 __all__ = ["CLAIM", "coincidence", "curvature_peak", "run", "spike_size"]
 

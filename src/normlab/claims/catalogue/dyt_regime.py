@@ -50,9 +50,9 @@ from normlab.claims.protocol import tune_arms
 from normlab.data.corpus import corpus, sample_batch
 from normlab.layers.dyt import DyT
 from normlab.models.gpt import GPTConfig, TinyGPT
-from normlab.models.lm import LMTrainConfig, evaluate_bpb, train_lm
 from normlab.papers import paper
 from normlab.probes.hooks import adapt
+from normlab.training.lm import LMTrainConfig, evaluate_bpb, train_lm
 
 __all__ = ["CLAIM", "dyt_statistics"]
 

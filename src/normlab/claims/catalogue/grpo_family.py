@@ -2,7 +2,7 @@
 
 Two toy policy-gradient problems over discrete outputs, trained with the GRPO-family
 advantages of :mod:`normlab.rl` (softmax policy ``logits = theta_shared + theta_context``,
-SGD, :func:`~normlab.models.policy.train_bandit`):
+SGD, :func:`~normlab.training.policy.train_bandit`):
 
 (a) P-GRPO (the primary). Users of a majority (80%) and a minority (20%) preference group
 rate 10 outputs; the minority's ratings are compressed (scale 0.3) and every rating has noise
@@ -60,8 +60,8 @@ def _unit(u: np.ndarray) -> np.ndarray:
 def _preference(
     arm: str, lr: float, config: Mapping[str, Any], seed: int, stream: int
 ) -> dict[str, float]:
-    from normlab.models.policy import train_bandit
     from normlab.rl import PreferenceGroupAdvantage, advantages
+    from normlab.training.policy import train_bandit
 
     k, g, n, p_min = config["outputs"], config["group"], config["prompts"], config["p_minority"]
     steps = config["steps"]
@@ -113,8 +113,8 @@ def _preference(
 def _proxy(
     arm: str, lr: float, config: Mapping[str, Any], seed: int, stream: int
 ) -> dict[str, float]:
-    from normlab.models.policy import train_bandit
     from normlab.rl import advantages
+    from normlab.training.policy import train_bandit
 
     k, g, n, beta = config["outputs"], config["group"], config["prompts"], config["bias"]
     steps = config["steps"]

@@ -51,9 +51,9 @@ from normlab.claims.core import (
 )
 from normlab.data.corpus import corpus, sample_batch
 from normlab.models.gpt import GPTConfig, TinyGPT
-from normlab.models.lm import evaluate_bpb, train_lm
 from normlab.papers import paper
 from normlab.surgery.replace import replace_norms
+from normlab.training.lm import evaluate_bpb, train_lm
 
 __all__ = ["CLAIM", "VARIANTS", "approximate_model", "operator_errors", "variants"]
 

@@ -5,7 +5,7 @@ The seed normalises policy-gradient returns with a 1-D Kalman filter
 faster convergence and lower training variance than standard normalization on CartPole and
 LunarLander, with an actor-critic (PPO in the public code).
 
-Here a small PPO actor-critic (:func:`~normlab.models.policy.actor_critic_cartpole`: 4-32-2
+Here a small PPO actor-critic (:func:`~normlab.training.policy.actor_critic_cartpole`: 4-32-2
 policy and 4-32-1 critic, tanh, Adam, gamma 0.99, 5 epochs, clip 0.2, 8 episodes per update)
 trains on gymnasium's numpy-vectorised CartPole-v1 with the returns-to-go standardised per
 episode ("zscore", standard normalization, the named baseline) or Kalman-filtered in the
@@ -72,7 +72,7 @@ def summarize(returns: Sequence[float], solve: float = 475.0, window: int = 8) -
 def _train(arm: str, params: Mapping[str, Any], config: Mapping[str, Any], seed: int):
     import torch
 
-    from normlab.models.policy import actor_critic_cartpole, reinforce_cartpole
+    from normlab.training.policy import actor_critic_cartpole, reinforce_cartpole
 
     torch.set_num_threads(1)
     seed_everything(seed)

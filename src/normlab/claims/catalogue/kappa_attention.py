@@ -55,8 +55,8 @@ from normlab.claims.core import (
 from normlab.claims.protocol import tune_arms
 from normlab.functional import abe_softmax, kappa_softmax
 from normlab.models.gpt import GPTConfig
-from normlab.models.lm import evaluate_bpb, train_lm
 from normlab.papers import paper
+from normlab.training.lm import evaluate_bpb, train_lm
 
 __all__ = ["CLAIM", "abe_deviation", "softmax_limit", "tail_exponent", "tail_probability"]
 

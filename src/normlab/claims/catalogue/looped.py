@@ -52,8 +52,8 @@ from normlab.claims.core import (
 from normlab.claims.protocol import tune_arms
 from normlab.data.corpus import VOCAB, corpus, sample_batch
 from normlab.models.gpt import GPTConfig, TinyGPT
-from normlab.models.lm import LMTrainConfig, evaluate_bpb, train_lm
 from normlab.papers import paper
+from normlab.training.lm import LMTrainConfig, evaluate_bpb, train_lm
 
 __all__ = ["ARMS", "CLAIM", "QUICK_ARMS", "run"]
 

@@ -38,10 +38,10 @@ from normlab.claims.core import (
 )
 from normlab.claims.protocol import tune_arms
 from normlab.data.corpus import corpus, sample_batch
-from normlab.models.fit import fit
 from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.optim import MACRO, msign
 from normlab.papers import paper
+from normlab.training.fit import fit
 
 __all__ = ["CLAIM", "build", "run"]
 

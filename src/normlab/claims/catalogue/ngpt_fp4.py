@@ -49,11 +49,11 @@ from normlab.claims.core import Claim, Effect, FreeSetting, Margin, Premise, reg
 from normlab.claims.protocol import tune_arms
 from normlab.data.corpus import corpus, sample_batch
 from normlab.models.gpt import GPTConfig
-from normlab.models.lm import LMTrainConfig, evaluate_bpb, train_lm
 from normlab.papers import paper
 from normlab.quant.model import quantized
 from normlab.quant.snr import gemm_snr
 from normlab.quant.spec import QuantFormat, preset
+from normlab.training.lm import LMTrainConfig, evaluate_bpb, train_lm
 
 __all__ = ["CLAIM", "linear_operands", "snr_profile"]
 

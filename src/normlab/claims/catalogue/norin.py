@@ -59,9 +59,10 @@ from normlab.claims.core import (
 )
 from normlab.claims.protocol import tune_arms
 from normlab.data.series import Splits, named_series, split_windows
-from normlab.models.forecast_train import Forecaster, ForecastTrainConfig, fit_and_test
-from normlab.models.norin_tuning import tune_norin
+from normlab.models.forecaster import Forecaster
 from normlab.papers import paper
+from normlab.training.forecast import ForecastTrainConfig, fit_and_test
+from normlab.training.norin import tune_norin
 
 __all__ = ["CLAIM", "DELTA_LINEAR", "IF_DIVERGED", "NEUTRAL", "run"]
 

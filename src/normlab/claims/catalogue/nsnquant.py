@@ -54,10 +54,10 @@ from normlab.claims.core import (
 from normlab.data.corpus import corpus, sample_batch
 from normlab.data.tables import table_bytes
 from normlab.models.gpt import GPTConfig, TinyGPT
-from normlab.models.lm import LMTrainConfig, train_lm
 from normlab.papers import paper
 from normlab.quant import IntKIVI, KMeansVQ, NSNQuantizer
 from normlab.quant.nsn import nsn_normalize
+from normlab.training.lm import LMTrainConfig, train_lm
 
 __all__ = ["CLAIM", "run"]
 

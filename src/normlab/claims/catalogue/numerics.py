@@ -54,9 +54,9 @@ from normlab.claims.core import (
 )
 from normlab.data.corpus import corpus, sample_batch
 from normlab.models.gpt import GPTConfig, TinyGPT
-from normlab.models.lm import train_lm
 from normlab.papers import paper
 from normlab.probes.numerics import outlier_sweep, sink_sweep
+from normlab.training.lm import train_lm
 
 __all__ = ["CLAIM", "bound_failures", "residual_scaling_errors"]
 

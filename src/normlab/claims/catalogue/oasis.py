@@ -70,12 +70,12 @@ from normlab.claims.core import (
 )
 from normlab.data.corpus import corpus, sample_batch
 from normlab.models.gpt import GPTConfig, TinyGPT
-from normlab.models.lm import LMTrainConfig, evaluate_bpb, load_snapshot, train_lm
 from normlab.papers import paper
 from normlab.probes.hooks import adapt
 from normlab.probes.outliers import outlier_stats
 from normlab.probes.sinks import sink_stats
 from normlab.quant.model import calibrate, quantized
+from normlab.training.lm import LMTrainConfig, evaluate_bpb, load_snapshot, train_lm
 
 __all__ = ["CLAIM", "VARIANTS", "measure", "variant_config"]
 

@@ -36,8 +36,8 @@ from normlab.claims.common import cell, seed_everything
 from normlab.claims.core import Claim, Effect, FreeSetting, Margin, Premise, register_claim
 from normlab.claims.protocol import tune_arms
 from normlab.data.series import named_series, split_windows
-from normlab.models.forecast_train import ForecastTrainConfig, fit_and_test
 from normlab.papers import paper
+from normlab.training.forecast import ForecastTrainConfig, fit_and_test
 
 __all__ = ["CLAIM", "CONTROL_MARGIN", "IF_DIVERGED", "run"]
 

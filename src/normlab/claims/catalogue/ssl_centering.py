@@ -3,7 +3,7 @@
 The seed formulates deep-clustering SSL as K-L optimisation, prevents mode collapse with a
 constraint on the teacher that becomes division by the inverse cluster prior, and shows by
 Jensen's inequality that this simplifies to DINO's batch centering. Here a DINO-style
-student/teacher pair (:mod:`normlab.models.clustering`) clusters a Gaussian mixture with
+student/teacher pair (:mod:`normlab.training.distill`) clusters a Gaussian mixture with
 known labels, with the teacher's assignment left alone, centered (EMA center) or divided
 by the batch prior; each arm is scored on held-out points by the effective number of
 clusters its teacher uses (hard assignments) and by NMI with the true labels. Each arm's
@@ -36,9 +36,9 @@ from normlab.claims.core import (
     register_claim,
 )
 from normlab.claims.protocol import tune_arms
-from normlab.models.clustering import gaussian_mixture, self_distill
 from normlab.papers import paper
 from normlab.ssl import center_update, centered_teacher, cluster_usage, prior_normalize
+from normlab.training.distill import gaussian_mixture, self_distill
 
 __all__ = ["CLAIM", "nmi", "run"]
 

@@ -33,8 +33,8 @@ from normlab.claims.core import (
 from normlab.claims.protocol import tune_arms
 from normlab.data.images import load_digits_tensors
 from normlab.models.denoise import DenoiseCNN, psnr, synthetic_scenes, upsample
-from normlab.models.fit import fit
 from normlab.papers import paper
+from normlab.training.fit import fit
 from normlab.wrappers import WNE
 
 __all__ = ["CLAIM", "run"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from normlab.models.gpt import GPTConfig
-from normlab.models.lm import LMTrainConfig, train_lm
+from normlab.training.lm import LMTrainConfig, train_lm
 
 TINY = GPTConfig(d_model=16, n_layers=1, n_heads=2, context=16)
 SHORT = LMTrainConfig(steps=3, batch=2, warmup=1, eval_batches=1)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from normlab.models.gpt import GPTConfig, TinyGPT
-from normlab.models.lm import LMTrainConfig, evaluate_bpb, load_snapshot, train_lm
+from normlab.training.lm import LMTrainConfig, evaluate_bpb, load_snapshot, train_lm
 
 TINY = GPTConfig(d_model=16, n_layers=2, n_heads=2, context=16)
 SHORT = LMTrainConfig(steps=6, batch=2, warmup=2, eval_batches=1, snapshots=(3,))

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from normlab.models.fit import fit
+from normlab.training.fit import fit
 
 
 def _problem():

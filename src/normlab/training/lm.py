@@ -24,10 +24,10 @@ import torch.nn.functional as F
 from normlab._io import atomic_write_bytes, atomic_write_json, cache_dir, content_hash, file_lock
 from normlab._sources import closure_hash
 from normlab.data.corpus import corpus, corpus_fingerprint, sample_batch
-from normlab.models.fit import fit
 from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.quant.model import dequantize_model, quantize_model
 from normlab.quant.spec import preset
+from normlab.training.fit import fit
 
 __all__ = ["LMTrainConfig", "evaluate_bpb", "lm_cache_key", "load_snapshot", "train_lm"]
 

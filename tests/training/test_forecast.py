@@ -7,7 +7,7 @@ import math
 import torch
 
 from normlab.data.series import named_series, split_windows
-from normlab.models.forecast_train import ForecastTrainConfig, build_forecaster, train_forecaster
+from normlab.training.forecast import ForecastTrainConfig, build_forecaster, train_forecaster
 
 
 def _splits():

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from normlab.models.modular import sparse_modular_addition, train_modular
+from normlab.training.modular import sparse_modular_addition, train_modular
 
 
 def test_labels_are_the_sparse_sum_mod_p():

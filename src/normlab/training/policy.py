@@ -18,29 +18,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from normlab.models.mlp import MLPPolicy
 from normlab.rl import KalmanRewardNormalizer, RunningRewardNormalizer
 
 __all__ = [
     "NORMALIZATIONS",
-    "MLPPolicy",
     "actor_critic_cartpole",
     "normalize_returns",
     "reinforce_cartpole",
     "train_bandit",
 ]
-
-
-class MLPPolicy(nn.Module):
-    """A two-layer tanh MLP giving action logits: ``W2 tanh(W1 s + b1) + b2``."""
-
-    def __init__(self, in_features: int, n_actions: int, *, hidden: int = 32) -> None:
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(in_features, hidden), nn.Tanh(), nn.Linear(hidden, n_actions)
-        )
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs)
 
 
 def _returns_to_go(rewards: np.ndarray, gamma: float) -> np.ndarray:

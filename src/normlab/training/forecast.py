@@ -1,13 +1,13 @@
 """One trainer for every reversible normalizer: a backbone between normalize and denormalize.
 
-:class:`Forecaster` wraps a normalizer (any ``normlab.series`` method, or None) around a
-backbone (:mod:`normlab.models.forecast`). :func:`train_forecaster` trains it with Adam on
-MSE, early stopping on validation MSE, and uses each normalizer's extra training signal as
-its ``aux_schedule`` says: FAN's auxiliary loss is added every step ("joint"); SAN's
-statistics predictor is trained alone first, then frozen ("pretrain"). Each epoch's steps
-run through :func:`normlab.models.fit.fit`, so a run whose loss turns non-finite stops
-there and is recorded as diverged (``TrainResult.diverged``), the best validation epoch's
-weights restored.
+:func:`train_forecaster` trains a :class:`~normlab.models.forecaster.Forecaster` (a
+normalizer, any ``normlab.series`` method or None, around a backbone of
+:mod:`normlab.models.forecast`) with Adam on MSE, early stopping on validation MSE, and uses
+each normalizer's extra training signal as its ``aux_schedule`` says: FAN's auxiliary loss
+is added every step ("joint"); SAN's statistics predictor is trained alone first, then
+frozen ("pretrain"). Each epoch's steps run through :func:`normlab.training.fit.fit`, so a
+run whose loss turns non-finite stops there and is recorded as diverged
+(``TrainResult.diverged``), the best validation epoch's weights restored.
 """
 
 from __future__ import annotations
@@ -22,65 +22,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import normlab
 from normlab.data.series import Splits, Windows
-from normlab.models.fit import fit
 from normlab.models.forecast import build_backbone
-from normlab.series import ReversibleNorm, State
+from normlab.models.forecaster import Forecaster, build_norm
+from normlab.training.fit import fit
 
 __all__ = [
     "ForecastTrainConfig",
-    "Forecaster",
     "TrainResult",
     "build_forecaster",
-    "build_norm",
     "evaluate",
     "fit_and_test",
     "train_forecaster",
 ]
-
-
-def build_norm(
-    name: str,
-    channels: int,
-    *,
-    lookback: int,
-    horizon: int,
-    periods: Sequence[int] = (24,),
-    **kwargs: Any,
-) -> ReversibleNorm:
-    """The registered series normalizer ``name`` for windows of these lengths.
-
-    Every series normalizer takes ``lookback``, ``horizon`` and ``periods`` and ignores what
-    it does not need (see :mod:`normlab.series`); ``kwargs`` are passed on (e.g. ``delta=``
-    for NoRIN).
-    """
-    method = normlab.get(name)
-    if method.kind != "series":
-        raise ValueError(f"{name!r} is a {method.kind!r} method, not a series normalizer.")
-    return method.create(
-        channels, lookback=lookback, horizon=horizon, periods=tuple(periods), **kwargs
-    )
-
-
-class Forecaster(nn.Module):
-    """``y = denormalize(backbone(normalize(x)))``; with ``norm=None`` just the backbone."""
-
-    def __init__(self, norm: ReversibleNorm | None, backbone: nn.Module) -> None:
-        super().__init__()
-        self.norm = norm
-        self.backbone = backbone
-
-    def forward(
-        self, x: torch.Tensor, index: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, State | None]:
-        """Return the forecast, the backbone's normalized-space output and the state."""
-        if self.norm is None:
-            y_hat = self.backbone(x)
-            return y_hat, y_hat, None
-        z, state = self.norm.normalize(x, index=index)
-        y_hat = self.backbone(z)
-        return self.norm.denormalize(y_hat, state), y_hat, state
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 The outer loop chooses ``(delta, epsilon)`` by validation MSE
 (:func:`normlab.series.select_shape`), starting at the Slifker-Shapiro fit of the training
 windows (:func:`normlab.series.fit_shape`); the inner loop is ordinary training with the
-shape fixed (:func:`normlab.models.forecast_train.train_forecaster`).
+shape fixed (:func:`normlab.training.forecast.train_forecaster`).
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from normlab.data.series import Splits
-from normlab.models.forecast_train import (
-    Forecaster,
+from normlab.models.forecaster import Forecaster
+from normlab.series import JohnsonFit, ShapeSearch, fit_shape, select_shape
+from normlab.training.forecast import (
     ForecastTrainConfig,
     build_forecaster,
     evaluate,
     train_forecaster,
 )
-from normlab.series import JohnsonFit, ShapeSearch, fit_shape, select_shape
 
 __all__ = ["NoRINTuning", "tune_norin"]
 

@@ -15,9 +15,10 @@ import copy
 import torch
 from torch import nn
 
+from normlab.models.mlp import ClusterHead
 from normlab.ssl import TeacherNorm
 
-__all__ = ["ClusterHead", "gaussian_mixture", "self_distill"]
+__all__ = ["gaussian_mixture", "self_distill"]
 
 
 def gaussian_mixture(
@@ -32,23 +33,6 @@ def gaussian_mixture(
     means = torch.randn(clusters, dim, generator=g) * separation / 2**0.5
     labels = torch.randint(clusters, (n,), generator=g)
     return means[labels] + torch.randn(n, dim, generator=g), labels
-
-
-class ClusterHead(nn.Module):
-    """MLP ``dim -> hidden -> hidden -> clusters`` (GELU)."""
-
-    def __init__(self, dim: int, clusters: int, *, hidden: int = 64) -> None:
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(dim, hidden),
-            nn.GELU(),
-            nn.Linear(hidden, hidden),
-            nn.GELU(),
-            nn.Linear(hidden, clusters),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
 
 
 def self_distill(
