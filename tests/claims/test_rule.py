@@ -298,3 +298,117 @@ def test_the_primary_cannot_be_full_only():
             margin=Margin(0.0, "t"),
             scales=("medium",),
         )
+
+
+def _phenomenon_premise():
+    return Premise(
+        "phenomenon",
+        "baseline kurtosis above 10",
+        lambda m: float(m["table"]["method"]["k"]),
+        "greater",
+        Margin(10.0, "normlab's choice: test"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("k", "state"),
+    [
+        ([30.0, 31.0, 29.0], "held"),
+        ([3.0, 3.1, 2.9], "failed"),  # the interval lies on the wrong side
+        ([9.0, 12.0, 11.0], "underpowered"),  # the mean passes, the interval crosses 10
+        ([30.0], "underpowered"),  # one seed: no interval
+    ],
+)
+def test_a_premise_reads_held_failed_or_underpowered(k, state):
+    claim = toy_claim(premises=(_phenomenon_premise(),))
+    result = judge_claim(claim, toy_measurements(("x", [0.5, 0.6, 0.55][: len(k)]), ("k", k)))
+    (premise,) = result.premises
+    assert premise.state == state and premise.held == (state == "held")
+    if state != "held":
+        assert result.verdict == "untestable" and f"phenomenon {state}" in result.reason
+
+
+def _tuned(val, reference, arm="baseline"):
+    return {arm: {"val": val, "reference": reference, "chosen": {"lr": 1e-3}}}
+
+
+def test_an_arm_that_did_not_train_makes_the_claim_untestable_not_contradicted():
+    claim = toy_claim()
+    lost = toy_measurements(("x", [-0.5, -0.6, -0.55]))  # would be contradicted
+    for m, val in zip(lost, [5.5, 5.6, 5.4], strict=True):
+        m["tuning"] = _tuned(val, 5.545)  # no better than the uniform predictor
+    result = judge_claim(claim, lost)
+    assert result.verdict == "untestable"
+    assert result.reason.startswith("untestable at this scale: baseline did not train")
+    assert result.effects[0].would_be == "contradicted"
+    (learned,) = result.premises
+    assert learned.name == "baseline_learned" and learned.state != "held"
+
+
+def test_a_trained_arm_passes_the_learned_premise_and_a_diverged_one_fails_it():
+    claim = toy_claim()
+    ms = toy_measurements(("x", [0.5, 0.6, 0.55]))
+    for m, val in zip(ms, [2.0, 2.1, 2.2], strict=True):
+        m["tuning"] = _tuned(val, 5.545)
+    assert judge_claim(claim, ms).verdict == "supported"
+    ms[1]["tuning"] = _tuned(None, 5.545)  # every trial of seed 1 diverged
+    result = judge_claim(claim, ms)
+    assert (
+        result.verdict == "untestable" and "every trial diverged in seed(s) [1]" in result.reason
+    )
+    # an arm without a declared reference gets no learned premise
+    for m in ms:
+        m["tuning"] = _tuned(2.0, None)
+    assert judge_claim(claim, ms).premises == ()
+
+
+def test_the_learned_premise_gates_only_effects_that_compare_its_arm():
+    other = Effect(
+        "other",
+        "the z cell of arm b",
+        lambda m: float(m["table"]["b"]["z"]),
+        direction="greater",
+        margin=Margin(0.0, "normlab's choice: test"),
+        method="b",
+        baseline="c",
+    )
+    claim = toy_claim(secondary=(other,))
+    ms = [
+        {"table": {"method": {"x": x}, "b": {"z": z}}, "tuning": _tuned(9.0, 5.0)}
+        for x, z in ((0.5, 1.0), (0.6, 1.1), (0.55, 1.2))
+    ]
+    result = judge_claim(claim, ms)
+    assert [e.verdict for e in result.effects] == ["untestable", "supported"]
+
+
+def test_every_effect_shows_its_verdict_at_margin_zero():
+    effect = toy_effect(margin=1.0)
+    ev = judge_effect(effect, toy_measurements(("x", [0.5, 0.6, 0.55])))
+    assert ev.verdict == "contradicted" and ev.at_zero == "supported"
+
+
+@pytest.mark.parametrize("n", [5, 8])
+def test_power_matches_a_simulation(n):
+    from normlab.claims.rule import power
+
+    rng = np.random.default_rng(n)
+    margin, sd = 0.3, 0.4
+    draws = rng.normal(margin, sd, size=(4000, n))
+    hits = np.mean([verdict(d, "greater", 0.0)[0] == "supported" for d in draws])
+    assert power(n, sd, margin) == pytest.approx(hits, abs=0.025)
+    # non-inferiority: "supported" at the margin when the truth is 0
+    draws = rng.normal(0.0, sd, size=(4000, n))
+    hits = np.mean([verdict(d, "no_greater", margin)[0] == "supported" for d in draws])
+    assert power(n, sd, margin) == pytest.approx(hits, abs=0.025)
+
+
+def test_the_minimum_detectable_effect_has_eighty_percent_power():
+    from normlab.claims.rule import detectable
+
+    n, sd, margin = 6, 0.5, 0.2
+    mde = detectable(n, sd / math.sqrt(n), "greater", margin)
+    rng = np.random.default_rng(0)
+    draws = rng.normal(mde, sd, size=(4000, n))
+    hits = np.mean([verdict(d, "greater", margin)[0] == "supported" for d in draws])
+    assert hits == pytest.approx(0.8, abs=0.03)
+    assert detectable(n, 0.1, "less", margin) < -margin

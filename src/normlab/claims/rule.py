@@ -45,11 +45,14 @@ __all__ = [
     "ClaimVerdict",
     "EffectVerdict",
     "PremiseVerdict",
+    "detectable",
     "interval",
     "judge_claim",
     "judge_effect",
     "judge_premise",
+    "learned_premises",
     "opposite",
+    "power",
     "verdict",
     "with_divergence",
 ]
@@ -181,6 +184,13 @@ class EffectVerdict(Record):
         would_be: the label the rule gives the values, whatever the premises.
         degenerate: every seed gave the same value (the interval is a point).
         parts: an intersection-union effect's pairwise verdicts.
+        at_zero: the label the rule gives the same values at margin 0 (shown beside the
+            verdict at the declared margin, so a margin that decides the verdict shows).
+        power: the probability of "supported" at margin 0 if the true effect were the
+            margin (for non-inferiority: of "supported" at the margin if the true effect
+            were 0), at the observed spread and seed count (:func:`power`).
+        mde: the true effect at which "supported" at the declared margin has 80% power,
+            at the observed spread and seed count (:func:`detectable`).
     """
 
     name: str
@@ -202,6 +212,9 @@ class EffectVerdict(Record):
     would_be: str
     degenerate: bool
     parts: tuple[EffectVerdict, ...] = ()
+    at_zero: str = ""
+    power: float = math.nan
+    mde: float = math.nan
 
     @property
     def claimed(self) -> str:
@@ -254,6 +267,7 @@ def _record(
     degenerate = len(finite) > 1 and len(set(finite)) == 1
     if degenerate:
         reason += "; degenerate: every seed gave the same value"
+    at_zero, _ = verdict(values, effect.direction, 0.0)
     return EffectVerdict(
         name=effect.name,
         description=effect.description,
@@ -274,7 +288,40 @@ def _record(
         would_be=label,
         degenerate=degenerate,
         parts=parts,
+        at_zero=at_zero,
+        power=power(len(finite), se * math.sqrt(len(finite)), effect.margin.value),
+        mde=detectable(len(finite), se, effect.direction, effect.margin.value),
     )
+
+
+def power(n: int, sd: float, margin: float, level: float = LEVEL) -> float:
+    """The probability that the interval clears its bound when the true effect lies one
+    margin beyond it: ``P(T > t_q)`` with ``T`` noncentral t, ``n - 1`` degrees of freedom
+    and noncentrality ``margin / (sd / sqrt n)``.
+
+    For "greater" this is the power of the margin-0 test at a true effect equal to the
+    margin; for non-inferiority the power of "supported" at a true effect of 0. NaN when
+    it cannot be computed (fewer than 2 seeds, no spread).
+    """
+    if n < 2 or not (math.isfinite(sd) and sd > 0) or not math.isfinite(margin):
+        return math.nan
+    from scipy import stats
+
+    q = _t_quantile(n - 1, level)
+    return float(stats.nct.sf(q, n - 1, margin / (sd / math.sqrt(n))))
+
+
+def detectable(n: int, se: float, direction: str, margin: float, level: float = LEVEL) -> float:
+    """The minimum detectable effect: the true value at which "supported" at the declared
+    margin has 80% power, ``bound +- (t_q + t_0.8) se`` on the claimed side (NaN below two
+    seeds or without spread)."""
+    if n < 2 or not (math.isfinite(se) and se > 0):
+        return math.nan
+    from scipy import stats
+
+    reach = (_t_quantile(n - 1, level) + float(stats.t.ppf(0.8, n - 1))) * se
+    bound = claimed_bound(direction, margin)
+    return bound + reach if direction in ("greater", "no_less") else bound - reach
 
 
 def _slack(ev: EffectVerdict) -> float:
@@ -323,7 +370,12 @@ def judge_effect(
 
 @dataclass(frozen=True)
 class PremiseVerdict(Record):
-    """A premise's outcome over seeds: its interval and whether it held."""
+    """A premise's outcome over seeds: its interval and whether it held.
+
+    ``state`` is "held" (the interval lies on the holding side of the bound), "failed"
+    (it lies entirely on the other side) or "underpowered" (it crosses the bound, or one
+    seed gave no interval); only "held" lets the effects it gates be judged.
+    """
 
     name: str
     description: str
@@ -338,10 +390,15 @@ class PremiseVerdict(Record):
     held: bool
     reason: str
     gates: tuple[str, ...]
+    state: str = ""
 
     @property
     def value(self) -> float:
         return self.mean
+
+
+def _state(label: str) -> str:
+    return {"supported": "held", "contradicted": "failed"}.get(label, "underpowered")
 
 
 def judge_premise(
@@ -383,7 +440,81 @@ def judge_premise(
         label == "supported",
         reason,
         premise.gates or tuple(effect_names),
+        _state(label),
     )
+
+
+#: The learned premise's source, shown beside it on every claim page.
+LEARNED_SOURCE = (
+    "the engine: a tuned arm that does not beat its trivial reference on validation did "
+    "not train, and a comparison with it says nothing about the method"
+)
+
+
+def _arms_of(effect: Effect) -> set[str]:
+    arms = {effect.method, effect.baseline} - {""}
+    for part in effect.parts:
+        arms |= _arms_of(part)
+    return arms
+
+
+def learned_premises(
+    measurements: Sequence[Measurement], effects: Sequence[Effect]
+) -> tuple[PremiseVerdict, ...]:
+    """The engine's learned premise for every tuned arm that declares a trivial reference:
+    per seed, the reference's validation score minus the tuned arm's (both lower is
+    better), which must be > 0 by the same interval as any premise.
+
+    A seed whose every trial diverged (no finite validation score) fails it outright. The
+    premise gates the effects that compare the arm, and every effect that names no arm.
+    """
+    arms: list[str] = []
+    for m in measurements:
+        for arm, record in (m.get("tuning") or {}).items():
+            if record.get("reference") is not None and arm not in arms:
+                arms.append(arm)
+    out = []
+    for arm in arms:
+        values = []
+        for m in measurements:
+            record = (m.get("tuning") or {}).get(arm) or {}
+            ref, val = record.get("reference"), record.get("val")
+            values.append(math.nan if ref is None else (-math.inf if val is None else ref - val))
+        gates = tuple(e.name for e in effects if arm in _arms_of(e) or not _arms_of(e))
+        finite = [v for v in values if math.isfinite(v)]
+        mean, _, lo, hi = interval(finite)
+        diverged = [i for i, v in enumerate(values) if v == -math.inf]
+        if diverged:
+            label, reason = "contradicted", f"every trial diverged in seed(s) {diverged}"
+        else:
+            label, reason = verdict(values, "greater", 0.0, source=LEARNED_SOURCE)
+        state = _state(label)
+        if state != "held":
+            reason = f"{arm} did not train ({_span(mean, lo, hi)} vs its reference): {reason}"
+        out.append(
+            PremiseVerdict(
+                f"{arm}_learned",
+                f"{arm} beats its trivial reference on validation (reference minus the "
+                "tuned validation score)",
+                tuple(values),
+                mean,
+                lo,
+                hi,
+                "greater",
+                0.0,
+                LEARNED_SOURCE,
+                "",
+                state == "held",
+                reason,
+                gates,
+                state,
+            )
+        )
+    return tuple(out)
+
+
+def _span(mean: float, lo: float, hi: float) -> str:
+    return f"{mean:.4g} [{lo:.4g}, {hi:.4g}]"
 
 
 @dataclass(frozen=True)
@@ -453,6 +584,13 @@ def _checks(claim: Claim, outcomes: Mapping[str, CheckOutcome]) -> tuple[CheckVe
     )
 
 
+def _not_shown(p: PremiseVerdict) -> str:
+    if p.name.endswith("_learned") and p.margin_source == LEARNED_SOURCE:
+        return p.reason
+    state = "failed" if p.state == "failed" else "underpowered"
+    return f"premise {p.name} {state} ({p.reason})"
+
+
 def judge_claim(
     claim: Claim,
     measurements: Sequence[Measurement],
@@ -476,7 +614,7 @@ def judge_claim(
             judge_premise(p, measurements, names)
             for p in (*claim.premises, *claim.preconditions)
             if measured_at(p, scale)
-        )
+        ) + learned_premises(measurements, [e for e in claim.effects if measured_at(e, scale)])
         failed_pres = [p for p in pres if not p.held]
         effects = []
         roles = ["primary"] + ["secondary"] * len(claim.secondary)
@@ -486,7 +624,7 @@ def judge_claim(
             ev = judge_effect(effect, measurements, role)
             gating = [p for p in failed_pres if effect.name in p.gates]
             if gating:
-                why = "; ".join(f"premise {p.name} not shown ({p.reason})" for p in gating)
+                why = "; ".join(_not_shown(p) for p in gating)
                 ev = replace(
                     ev,
                     verdict="untestable",
