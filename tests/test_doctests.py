@@ -33,11 +33,12 @@ MODULES = (
     "normlab.layers.quadrature",
     "normlab.layers.riemannian",
     "normlab.layers.scaling",
+    "normlab.quant.peers",
 )
 #: Modules whose examples are still to be written: only their coverage check may fail.
 PENDING: dict[str, str] = {}
 #: Optional packages a module's examples need.
-NEEDS = {"normlab.functional.sparse": "entmax"}
+NEEDS = {"normlab.functional.sparse": "entmax", "normlab.quant.peers": "hqq"}
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 

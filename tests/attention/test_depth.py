@@ -135,11 +135,11 @@ def test_ngpt_constraints_hold_after_a_step():
 def test_qk_norm_options():
     x = torch.randn(2, 6, 16)
     rms = MultiheadAttention(16, 2, qk_norm="rms", causal=True)
-    q, k, _ = rms._project(x)
+    q, k, _ = rms.project(x)
     for t in (q, k):
         torch.testing.assert_close(t.pow(2).mean(-1), torch.ones(2, 2, 6), rtol=1e-4, atol=1e-4)
     l2 = MultiheadAttention(16, 2, qk_norm="l2", scale=math.sqrt(8), normalized=True)
-    q, k, _ = l2._project(x)
+    q, k, _ = l2.project(x)
     torch.testing.assert_close(q.norm(dim=-1), torch.ones(2, 2, 6))  # s_qk starts at 1
     torch.testing.assert_close(k.norm(dim=-1), torch.ones(2, 2, 6))
     assert l2.qkv.bias is None and "qk_norm='l2'" in repr(l2)

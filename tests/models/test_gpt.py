@@ -66,3 +66,30 @@ def test_register_adapter_by_class_name_and_predicate(monkeypatch):
     assert adapt(_Toy()).family == "toy2"  # the latest registration wins
     with pytest.raises(TypeError):
         register_adapter(3, lambda m: m)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"residual": "post"}, {"residual": "oasis"}, {"loops": 2, "attention_injection": True}],
+)
+def test_keys_values_are_what_each_attention_computes_and_leave_no_hook(options):
+    model = TinyGPT(GPTConfig(d_model=16, n_layers=2, n_heads=2, context=8, **options)).eval()
+    idx = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(0))
+    seen = []
+    for block in model.blocks:  # the attention's own input, read by the test's own hooks
+        block.attn.register_forward_hook(lambda m, args, out: seen.append(m.project(args[0])))
+    kv = model.keys_values(idx)
+    assert len(kv) == len(seen) > 0
+    for (k, v), (_, k_ref, v_ref) in zip(kv, seen, strict=True):
+        assert torch.equal(k, k_ref) and torch.equal(v, v_ref)
+    assert all(len(b.attn._forward_pre_hooks) == 0 for b in model.blocks)
+
+
+def test_keys_values_match_the_pre_ln_formula_bit_for_bit():
+    # the formula nsnquant computed through the private projection before this API
+    model = TinyGPT(GPTConfig(d_model=32, n_layers=3, n_heads=2, context=16)).eval()
+    idx = torch.randint(0, 256, (3, 16), generator=torch.Generator().manual_seed(1))
+    states, _ = model.trunk(idx)
+    for (k, v), block, h in zip(model.keys_values(idx), model.blocks, states, strict=False):
+        _, k_old, v_old = block.attn.project(block.norm1(h) * block.norm_scale)
+        assert torch.equal(k, k_old) and torch.equal(v, v_old)

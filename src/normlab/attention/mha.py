@@ -124,7 +124,26 @@ class MultiheadAttention(nn.Module):
         b, n, width = t.shape
         return t.view(b, n, width // self.head_dim, self.head_dim).transpose(1, 2)
 
-    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-head queries, keys and values of ``x``, as the attention uses them.
+
+        Keys and values of grouped-query attention are repeated to one per query head, and
+        ``qk_norm`` is applied, so ``attend(*project(x))`` is the attention over ``x``. Read
+        or replace the keys and values between the two (a quantized KV cache, a probe).
+
+        Args:
+            x: input of shape ``(batch, tokens, dim)``.
+
+        Returns:
+            ``(q, k, v)``, each ``(batch, heads, tokens, head_dim)``.
+
+        Examples:
+            >>> import torch
+            >>> attn = MultiheadAttention(16, 4, kv_heads=2)
+            >>> q, k, v = attn.project(torch.randn(2, 5, 16))
+            >>> q.shape, bool((k[:, 0] == k[:, 1]).all())  # two query heads per key head
+            (torch.Size([2, 4, 5, 4]), True)
+        """
         kv = self.kv_heads * self.head_dim
         q, k, v = (self._split(t) for t in self.qkv(x).split([self.dim, kv, kv], dim=-1))
         if self.kv_heads != self.heads:
@@ -138,10 +157,88 @@ class MultiheadAttention(nn.Module):
             q, k = NF.l2_normalize(q) * s, NF.l2_normalize(k) * s
         return q, k, v
 
-    def _mask(self, n: int, attn_mask: torch.Tensor | None, device: torch.device) -> torch.Tensor:
-        keep = torch.ones(n, n, dtype=torch.bool, device=device)
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        return_probs: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Each head's output ``score(q k^T * scale) v``, before gating and projection.
+
+        The queries are the last ``q.shape[-2]`` of the ``k.shape[-2]`` positions, as when
+        new tokens attend over a KV cache: with ``causal``, query ``i`` sees keys up to
+        position ``k.shape[-2] - q.shape[-2] + i``. The scores are computed explicitly
+        (no fused kernel), so any score normalizer and substituted keys and values work.
+
+        Args:
+            q: queries ``(batch, heads, queries, head_dim)``.
+            k: keys ``(batch, heads, keys, head_dim)``, ``keys >= queries`` when causal.
+            v: values, the shape of ``k``.
+            attn_mask: boolean, ``True`` where a query may attend to a key, broadcastable
+                to ``(batch, heads, queries, keys)``; combined with the causal mask.
+            return_probs: also return the normalized scores ``(batch, heads, queries, keys)``.
+
+        Returns:
+            The heads' outputs ``(batch, heads, queries, head_dim)``, and the probabilities
+            if asked.
+
+        Examples:
+            >>> import torch
+            >>> attn = MultiheadAttention(16, 4, causal=True)
+            >>> x = torch.randn(1, 6, 16)
+            >>> q, k, v = attn.project(x)
+            >>> tail = attn.attend(q[..., 4:, :], k, v)  # the last two tokens over all six
+            >>> torch.allclose(attn.output(tail, x[:, 4:]), attn(x)[:, 4:], atol=1e-6)
+            True
+        """
+        if k.shape != v.shape or q.shape[:-2] != k.shape[:-2]:
+            raise ValueError(
+                "q, k and v must be (batch, heads, tokens, head_dim) with k and v of one "
+                f"shape; got {tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}."
+            )
+        nq, nk = q.shape[-2], k.shape[-2]
+        if self.causal and nq > nk:
+            raise ValueError(f"causal attention needs keys >= queries, got {nk} < {nq}.")
+        scores = (q @ k.transpose(-2, -1)) * self.scale
+        if self.causal or attn_mask is not None:
+            scores = scores.masked_fill(~self._mask(nq, nk, attn_mask, q.device), float("-inf"))
+        probs = self.score(scores)
+        y = probs @ v
+        return (y, probs) if return_probs else y
+
+    def output(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The attention's output from the heads' outputs ``y``: gating, then projection.
+
+        Args:
+            y: the heads' outputs ``(batch, heads, queries, head_dim)`` (:meth:`attend`).
+            x: the queries' inputs ``(batch, queries, dim)`` (the gate reads them).
+
+        Returns:
+            ``(batch, queries, dim)``.
+
+        Examples:
+            >>> import torch
+            >>> attn = MultiheadAttention(16, 4, gated=True)
+            >>> x = torch.randn(2, 3, 16)
+            >>> torch.allclose(attn.output(attn.attend(*attn.project(x)), x), attn(x), atol=1e-6)
+            True
+        """
+        if self.gated:
+            xh = self._split(x)
+            logits = torch.einsum("bhnd,hd->bhn", xh, self.gate_weight)
+            gate = torch.sigmoid(logits + self.gate_bias[:, None])
+            y = y * gate.unsqueeze(-1)
+        return self.out(y.transpose(1, 2).reshape(x.shape))
+
+    def _mask(
+        self, nq: int, nk: int, attn_mask: torch.Tensor | None, device: torch.device
+    ) -> torch.Tensor:
+        keep = torch.ones(nq, nk, dtype=torch.bool, device=device)
         if self.causal:
-            keep = keep.tril()
+            keep = keep.tril(nk - nq)
         return keep if attn_mask is None else keep & attn_mask.bool()
 
     def forward(
@@ -151,7 +248,7 @@ class MultiheadAttention(nn.Module):
         attn_mask: torch.Tensor | None = None,
         return_probs: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Attend over the tokens of ``x``.
+        """Attend over the tokens of ``x``: ``output(attend(*project(x)), x)``.
 
         Args:
             x: input of shape ``(batch, tokens, dim)``.
@@ -168,25 +265,16 @@ class MultiheadAttention(nn.Module):
             )
         check_trailing_shape(x, (self.dim,))
         n = x.shape[1]
-        q, k, v = self._project(x)
+        q, k, v = self.project(x)
         probs = None
         if self.score_name == "softmax" and not return_probs:
-            mask = None if attn_mask is None else self._mask(n, attn_mask, x.device)
+            mask = None if attn_mask is None else self._mask(n, n, attn_mask, x.device)
             y = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, is_causal=mask is None and self.causal, scale=self.scale
             )
         else:
-            scores = (q @ k.transpose(-2, -1)) * self.scale
-            if self.causal or attn_mask is not None:
-                scores = scores.masked_fill(~self._mask(n, attn_mask, x.device), float("-inf"))
-            probs = self.score(scores)
-            y = probs @ v
-        if self.gated:
-            xh = self._split(x)
-            logits = torch.einsum("bhnd,hd->bhn", xh, self.gate_weight)
-            gate = torch.sigmoid(logits + self.gate_bias[:, None])
-            y = y * gate.unsqueeze(-1)
-        y = self.out(y.transpose(1, 2).reshape(x.shape))
+            y, probs = self.attend(q, k, v, attn_mask=attn_mask, return_probs=True)
+        y = self.output(y, x)
         return (y, probs) if return_probs else y
 
     def extra_repr(self) -> str:

@@ -348,6 +348,45 @@ class TinyGPT(nn.Module):
             previous = inputs
         return states, all_probs
 
+    @torch.no_grad()
+    def keys_values(
+        self, idx: torch.Tensor, *, layers: Sequence[int] | None = None
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The keys and values each run block's attention computes on ``idx``.
+
+        A forward pre-hook on every block's attention reads its input, which
+        :meth:`MultiheadAttention.project <normlab.attention.MultiheadAttention.project>`
+        turns into what the attention attends over (hooks removed afterwards). To run
+        attention over substituted keys and values (a quantized cache), pass them to the
+        block's ``attn.attend``.
+
+        Args:
+            idx: token ids ``(batch, tokens)``.
+            layers: run these blocks in this order (as in :meth:`forward`).
+
+        Returns:
+            One ``(k, v)`` per attention call, in run order, each
+            ``(batch, heads, tokens, head_dim)``.
+
+        Examples:
+            >>> import torch
+            >>> model = TinyGPT(GPTConfig(d_model=16, n_layers=2, n_heads=2, context=8))
+            >>> kv = model.keys_values(torch.randint(0, 256, (3, 8)))
+            >>> len(kv), kv[0][0].shape
+            (2, torch.Size([3, 2, 8, 8]))
+        """
+        calls: list[tuple[MultiheadAttention, torch.Tensor]] = []
+        handles = [
+            block.attn.register_forward_pre_hook(lambda attn, args: calls.append((attn, args[0])))
+            for block in self.blocks
+        ]
+        try:
+            self.trunk(idx, layers=layers)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return [attn.project(x)[1:] for attn, x in calls]
+
     def readout(self, h: torch.Tensor) -> torch.Tensor:
         """Logits from a final hidden state: ``head(norm_f(h))``, or ``s_z * head(h)`` (nGPT)."""
         if self.ngpt:

@@ -19,6 +19,7 @@ from normlab.quant.model import (
     quantized,
 )
 from normlab.quant.nsn import IntKIVI, KMeansVQ, NSNQuantizer, QuantizedChunk
+from normlab.quant.peers import PeerQuantizer, clear_stale_build_lock
 from normlab.quant.snr import gemm_snr
 from normlab.quant.spec import PRESETS, FakeQuantize, QuantFormat, preset
 
@@ -29,10 +30,12 @@ __all__ = [
     "IntKIVI",
     "KMeansVQ",
     "NSNQuantizer",
+    "PeerQuantizer",
     "QuantFormat",
     "QuantLinear",
     "QuantizedChunk",
     "calibrate",
+    "clear_stale_build_lock",
     "dequantize_model",
     "fake_quant_int",
     "fake_quant_mxfp4",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from normlab.claims.catalogue.nsnquant import CLAIM, clear_stale_build_lock
+from normlab.claims.catalogue.nsnquant import CLAIM
 from normlab.claims.core import measured_at
 
 
@@ -62,50 +62,3 @@ def test_effects_land_on_both_sides():
     assert pre.gates == ("shift_degradation",)
     shift = next(e for e in CLAIM.secondary if e.name == "shift_degradation")
     assert shift.fn(good) < 0 < shift.fn(_table(0.05, 0.1, 0.1, shift=-0.02))
-
-
-def test_peer_quantizer_is_transformers_hqq_layer():
-    import pytest
-    import torch
-
-    pytest.importorskip("hqq")
-    from normlab.claims.catalogue.nsnquant import PeerQuantizer
-
-    x = torch.randn(2, 1, 48, 64, generator=torch.Generator().manual_seed(0))
-    q = PeerQuantizer("hqq", bits=2, group=64)
-    stored = q.quantize(x)
-    err = float((q.dequantize(stored) - x).norm() / x.norm())
-    assert 0.05 < err < 0.8  # 2-bit: lossy, but far better than zeros
-    assert stored.bits == x.numel() * 2 + 32 * x.numel() // 64
-
-
-def test_peer_quantizer_is_transformers_quanto_layer():
-    import pytest
-    import torch
-
-    pytest.importorskip("optimum.quanto")
-    from normlab.claims.catalogue.nsnquant import PeerQuantizer
-
-    x = torch.randn(2, 1, 48, 64, generator=torch.Generator().manual_seed(0))
-    q = PeerQuantizer("quanto", bits=2, group=64)  # builds quanto's CPU kernels once
-    stored = q.quantize(x)
-    err = float((q.dequantize(stored) - x).norm() / x.norm())
-    assert 0.05 < err < 0.8
-    assert stored.bits == x.numel() * 2 + 32 * x.numel() // 64
-
-
-def test_a_stale_build_lock_is_removed_and_a_fresh_one_kept(tmp_path):
-    import os
-    import time
-
-    import pytest
-
-    assert not clear_stale_build_lock(tmp_path)  # no lock: nothing to do
-    lock = tmp_path / "lock"
-    lock.touch()
-    assert not clear_stale_build_lock(tmp_path) and lock.exists()  # a build in progress
-    old = time.time() - 3600
-    os.utime(lock, (old, old))
-    with pytest.warns(RuntimeWarning, match="interrupted build"):
-        assert clear_stale_build_lock(tmp_path)
-    assert not lock.exists()

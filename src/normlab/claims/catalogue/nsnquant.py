@@ -30,10 +30,7 @@ k-means on tables) gates only the shift effect. Nothing is trained per arm (``un
 from __future__ import annotations
 
 import math
-import time
-import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -57,78 +54,12 @@ from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.papers import paper
 from normlab.quant import IntKIVI, KMeansVQ, NSNQuantizer
 from normlab.quant.nsn import nsn_normalize
+from normlab.quant.peers import PeerQuantizer
 from normlab.training.lm import LMTrainConfig, train_lm
 
 __all__ = ["CLAIM", "run"]
 
 SCHEMES = ("nsn", "kmeans", "kivi")
-
-
-class _Stored:
-    """A peer's quantized chunk: the dequantized tensor and its storage in bits."""
-
-    def __init__(self, values: torch.Tensor, bits: int) -> None:
-        self.values, self.bits = values, bits
-
-
-#: A C++ extension build takes ~40 s here; a lock older than this was left by a killed build.
-STALE_LOCK_SECONDS = 600.0
-
-
-def clear_stale_build_lock(build_dir: Path, max_age: float = STALE_LOCK_SECONDS) -> bool:
-    """Remove ``build_dir/lock`` when it is older than ``max_age`` seconds; whether it did.
-
-    ``torch.utils.cpp_extension.load`` (which optimum-quanto uses to build its CPU kernels
-    on first use) waits for as long as that file exists, and a build killed midway leaves
-    it behind, so every later first use would hang.
-    """
-    lock = build_dir / "lock"
-    try:
-        age = time.time() - lock.stat().st_mtime
-    except FileNotFoundError:
-        return False
-    if age <= max_age:
-        return False
-    warnings.warn(
-        f"removing {lock}, a C++ extension build lock {age:.0f} s old (an interrupted build "
-        "left it; the build runs again)",
-        RuntimeWarning,
-        stacklevel=2,
-    )
-    lock.unlink(missing_ok=True)
-    return True
-
-
-class PeerQuantizer:
-    """transformers' own quantized-cache layer (HQQ or optimum-quanto) as a quantizer.
-
-    Quantizes a ``(..., tokens, d)`` chunk the way ``HQQQuantizedLayer`` /
-    ``QuantoQuantizedLayer`` quantize a cache (axis 0, group ``group``); storage counts
-    ``bits`` per value plus an fp16 scale and zero point per group (normlab's accounting).
-    """
-
-    codebook_bytes = 0
-
-    def __init__(self, backend: str, *, bits: int = 2, group: int = 64) -> None:
-        from transformers.cache_utils import HQQQuantizedLayer, QuantoQuantizedLayer
-
-        cls = {"hqq": HQQQuantizedLayer, "quanto": QuantoQuantizedLayer}[backend]
-        if backend == "quanto":
-            from optimum.quanto.library.extensions.cpp import ext
-
-            clear_stale_build_lock(Path(ext.build_directory))
-        self.layer = cls(nbits=bits, axis_key=0, axis_value=0, q_group_size=group)
-        self.layer.keys = torch.zeros(0)  # read for its device and dtype
-        self.bits, self.group = bits, group
-
-    def quantize(self, x: torch.Tensor) -> _Stored:
-        x = x.float().contiguous()
-        out = self.layer._dequantize(self.layer._quantize(x, axis=0)).float().reshape(x.shape)
-        n = x.numel()
-        return _Stored(out, n * self.bits + 2 * 16 * math.ceil(n / self.group))
-
-    def dequantize(self, q: _Stored) -> torch.Tensor:
-        return q.values
 
 
 def _model(config: Mapping[str, Any]) -> TinyGPT:
@@ -144,25 +75,6 @@ def _model(config: Mapping[str, Any]) -> TinyGPT:
         eval_batches=2,
     )
     return train_lm(GPTConfig(norm="layernorm", score="softmax", **arch), tc, 0)[0]
-
-
-@torch.no_grad()
-def _layer_kv(model: TinyGPT, idx: torch.Tensor):
-    """Per block: (q, k, v) of shape (batch, heads, tokens, head_dim) and the block input."""
-    states, _ = model.trunk(idx)
-    out = []
-    for block, h in zip(model.blocks, states, strict=False):
-        q, k, v = block.attn._project(block.norm1(h) * block.norm_scale)
-        out.append((q, k, v, h))
-    return out
-
-
-def _attend(q, k, v, scale: float) -> torch.Tensor:
-    """Attention of the last ``q.shape[-2]`` positions over all ``k.shape[-2]`` keys (causal)."""
-    n, w = k.shape[-2], q.shape[-2]
-    scores = (q @ k.transpose(-2, -1)) * scale
-    keep = torch.ones(w, n, dtype=torch.bool).tril(n - w)
-    return scores.masked_fill(~keep, float("-inf")).softmax(-1) @ v
 
 
 def _roundtrip(quantizers, k: torch.Tensor, v: torch.Tensor):
@@ -185,19 +97,20 @@ def _evaluate(model: TinyGPT, idx: torch.Tensor, y: torch.Tensor, pairs, window:
     h = model.embed(idx) + model.pos(torch.arange(idx.shape[1]))
     for i, block in enumerate(model.blocks):
         attn = block.attn
-        q, k, v = attn._project(block.norm1(h) * block.norm_scale)
+        x = block.norm1(h) * block.norm_scale
+        q, k, v = attn.project(x)
         qt = q[..., p:, :]
-        exact = _attend(qt, k, v, attn.scale)
+        exact = attn.attend(qt, k, v)
         if pairs is None:
             kk, vv = k, v
         else:
             kq, vq, b = _roundtrip(pairs[i], k[..., :p, :], v[..., :p, :])
             bits += b
             kk, vv = torch.cat([kq, k[..., p:, :]], -2), torch.cat([vq, v[..., p:, :]], -2)
-        tail = _attend(qt, kk, vv, attn.scale)
+        tail = attn.attend(qt, kk, vv)  # the tail's queries over the substituted cache
         num += float((tail - exact).pow(2).sum())
         den += float(exact.pow(2).sum())
-        h_tail = h[:, p:] + attn.out(tail.transpose(1, 2).reshape(idx.shape[0], window, -1))
+        h_tail = h[:, p:] + attn.output(tail, x[:, p:])
         h_tail = h_tail + block.mlp(block.norm2(h_tail) * block.norm_scale)
         h = torch.cat([block(h[:, :p])[0], h_tail], 1)  # the prefix: fp and causal
     nll = F.cross_entropy(model.readout(h[:, p:]).flatten(0, 1).float(), y[:, p:].flatten())
@@ -226,7 +139,7 @@ def _kmeans_pairs(kv, bits: int, config: Mapping[str, Any], seed: int) -> list:
             )
             for t in (k, v)
         )
-        for _, k, v, _ in kv
+        for k, v in kv
     ]
 
 
@@ -240,7 +153,7 @@ def _kivi_pairs(bits: int, layers: int) -> list:
 
 def _calibration(model: TinyGPT, split: str, config: Mapping[str, Any], seed: int):
     calib, _ = _windows(split, config["calibration_windows"], model.config.context, seed)
-    return _layer_kv(model, calib)
+    return model.keys_values(calib)
 
 
 def _quantizers(model: TinyGPT, config: Mapping[str, Any], seed: int):
