@@ -20,8 +20,13 @@ CASES: dict[str, tuple[Callable, Callable, tuple[tuple[int, ...], ...]]] = {
     ),
     "add_rms_norm": (
         lambda x, r, w: K.add_rms_norm(x, r, (x.shape[-1],), w, 1e-6),
-        lambda x, r, w: (x + r, NF.rms_norm(x + r, (x.shape[-1],), w, 1e-6)),
+        lambda x, r, w: (NF.rms_norm(x + r, (x.shape[-1],), w, 1e-6), x + r),
         (None, (D,)),
+    ),
+    "add_layer_norm": (
+        lambda x, r, w, b: K.add_layer_norm(x, r, (x.shape[-1],), w, b, offset=1.0),
+        lambda x, r, w, b: (NF.layer_norm(x + r, (x.shape[-1],), w, b, offset=1.0), x + r),
+        (None, (D,), (D,)),
     ),
     "layer_norm": (
         lambda x, w, b: K.layer_norm(x, (x.shape[-1],), w, b),

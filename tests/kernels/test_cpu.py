@@ -180,7 +180,8 @@ class _Block(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.dyt(self.ln(self.rms(self.lin(x))))
-        s, y = K.add_rms_norm(h, x, (x.shape[-1],), self.rms.weight)
+        y, s = K.add_rms_norm(h, x, (x.shape[-1],), self.rms.weight)
+        y = y + K.add_layer_norm(h, x, (x.shape[-1],), self.ln.weight, self.ln.bias)[0]
         return K.softmax1(y) + s
 
 

@@ -135,14 +135,14 @@ def test_plain_fallback_of_the_compiled_ops_equals_the_library(dtype: torch.dtyp
     x, r, g = (torch.randn(7, 96, generator=gen).to(dtype) for _ in range(3))
     w, b = torch.rand(96, generator=gen) + 0.5, torch.randn(96, generator=gen)
     a = torch.tensor([0.7])
-    _, _, rstd = cpu.rms_fwd(x, None, w, 1e-6)
-    _, ln_rstd = cpu.ln_fwd(x, w, b, 1e-5)
+    _, _, rstd = cpu.rms_fwd(x, None, w, 1e-6, 0.0)
+    _, _, mean, ln_rstd = cpu.ln_fwd(x, None, w, b, 1e-5, 0.0)
     y = cpu.softmax1_fwd(x)
     calls = {
-        "rms_fwd": (x, r, w, 1e-6),
-        "rms_bwd": (g, x, w, rstd, r, True),
-        "ln_fwd": (x, w, b, 1e-5),
-        "ln_bwd": (g, x, w, ln_rstd, True, True),
+        "rms_fwd": (x, r, w, 1e-6, 1.0),
+        "rms_bwd": (g, x, w, rstd, r, True, 1.0),
+        "ln_fwd": (x, r, w, b, 1e-5, 1.0),
+        "ln_bwd": (g, x, w, mean, ln_rstd, r, True, True, 1.0),
         "dyt_fwd": (x, a, w, b),
         "dyt_bwd": (g, x, a, w, True, True),
         "softmax1_fwd": (x,),

@@ -54,7 +54,8 @@ def test_half_inputs_are_normalized_in_float32(low):
     y = LayerNorm(64)(x)
     assert y.dtype == low
     expected = nn.functional.layer_norm(x.float(), (64,)).to(low)
-    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+    # within one rounding of the dtype: float32 sums in another order may round the other way
+    torch.testing.assert_close(y, expected, rtol=torch.finfo(low).eps, atol=0)
     # float16 statistics of these values would overflow: sum of squares > 65504.
     assert torch.isfinite(RMSNorm(64)(x)).all()
 

@@ -101,7 +101,7 @@ def _fast(op: str) -> Fn:
         "rmsnorm": lambda x, w, b, r: K.rms_norm(x, (x.shape[-1],), w, _EPS),
         "layernorm": lambda x, w, b, r: K.layer_norm(x, (x.shape[-1],), w, b),
         "dyt": lambda x, w, b, r: K.dyt(x, b[:1], w, b),
-        "add_rmsnorm": lambda x, w, b, r: K.add_rms_norm(x, r, (x.shape[-1],), w, _EPS)[1],
+        "add_rmsnorm": lambda x, w, b, r: K.add_rms_norm(x, r, (x.shape[-1],), w, _EPS)[0],
         "softmax1": lambda x, w, b, r: K.softmax1(x),
     }[op]
 

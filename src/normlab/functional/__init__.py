@@ -39,11 +39,14 @@ from normlab.functional.quadrature import (
     quadrature_weights,
     quadrature_weights_1d,
 )
+from normlab.functional.residual import add_layer_norm, add_rms_norm
 from normlab.functional.scores import clipped_softmax, null_mass, softmax, softmax1
 from normlab.functional.sparse import entmax15, sparsemax
 
 __all__ = [
     "abe_softmax",
+    "add_layer_norm",
+    "add_rms_norm",
     "approx_layer_norm",
     "approx_reciprocal",
     "approx_rsqrt",

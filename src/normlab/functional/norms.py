@@ -53,8 +53,13 @@ def _scaled_eps(eps: float, s: torch.Tensor) -> torch.Tensor:
     return (eps / s / s).clamp_min(torch.finfo(s.dtype).tiny)
 
 
-def _cast_params(*params: torch.Tensor | None, like: torch.Tensor) -> list[torch.Tensor | None]:
-    return [None if p is None else p.to(like.dtype) for p in params]
+def _gain(weight: torch.Tensor | None, offset: float, like: torch.Tensor) -> torch.Tensor | None:
+    """``weight + offset`` in ``like``'s (compute) dtype: ``1 + w`` is formed in float32 for
+    half inputs, where bfloat16 would round ``1 + 0.0039`` to 1 (Liger-Kernel #74)."""
+    if weight is None:
+        return None
+    w = weight.to(like.dtype)
+    return w + offset if offset else w
 
 
 def layer_norm(
@@ -63,13 +68,19 @@ def layer_norm(
     weight: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
     eps: float = 1e-5,
+    *,
+    offset: float = 0.0,
 ) -> torch.Tensor:
     r"""Layer normalization over the trailing ``normalized_shape`` dimensions.
 
-    $$y = \frac{x - \mu(x)}{\sqrt{\sigma^2(x) + \epsilon}} \odot w + b$$
+    $$y = \frac{x - \mu(x)}{\sqrt{\sigma^2(x) + \epsilon}} \odot (w + o) + b$$
 
-    ``y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias`` with the biased variance
-    (Ba et al., 2016). Half-precision inputs are computed in float32 and cast back. Rows
+    ``y = (x - mean(x)) / sqrt(var(x) + eps) * (weight + offset) + bias`` with the biased
+    variance (Ba et al., 2016). ``offset=1.0`` is the zero-centred gain ``1 + w``
+    (TransformerEngine's ``zero_centered_gamma``); without a weight the gain is 1 and
+    ``offset`` is unused. The gain is formed in the compute dtype, so a float32 weight with
+    a bfloat16 input stays float32. Half-precision inputs are computed in float32 and cast
+    back. Rows
     whose magnitude reaches 2^48 are normalized as ``x / s`` with ``eps / s^2`` for a power
     of two ``s`` (:func:`row_scale`), so values up to float's range give the right answer
     instead of zeros (torch's ``layer_norm`` overflows from about 1e19 in float32).
@@ -85,7 +96,7 @@ def layer_norm(
     check_float(x)
     check_trailing_shape(x, normalized_shape)
     xf = upcast(x)
-    w, b = _cast_params(weight, bias, like=xf)
+    w, b = _gain(weight, offset, xf), None if bias is None else bias.to(xf.dtype)
     dims = tuple(range(-len(normalized_shape), 0))
     s = row_scale(xf, dims)
     if s is None:
@@ -105,12 +116,16 @@ def rms_norm(
     normalized_shape: Sequence[int],
     weight: torch.Tensor | None = None,
     eps: float | None = None,
+    *,
+    offset: float = 0.0,
 ) -> torch.Tensor:
     r"""Root-mean-square normalization over the trailing ``normalized_shape`` dimensions.
 
-    $$y = \frac{x}{\sqrt{\frac{1}{d}\sum_{i=1}^{d} x_i^2 + \epsilon}} \odot w$$
+    $$y = \frac{x}{\sqrt{\frac{1}{d}\sum_{i=1}^{d} x_i^2 + \epsilon}} \odot (w + o)$$
 
-    ``y = x / sqrt(mean(x^2) + eps) * weight`` (Zhang & Sennrich, 2019). ``eps=None`` means
+    ``y = x / sqrt(mean(x^2) + eps) * (weight + offset)`` (Zhang & Sennrich, 2019).
+    ``offset=1.0`` is Gemma's gain ``1 + w`` (and TransformerEngine's zero-centred gamma),
+    formed in float32 for half inputs; without a weight the gain is 1. ``eps=None`` means
     ``torch.finfo(x.dtype).eps`` of the *input* dtype, as in ``torch.nn.RMSNorm``; the
     statistics of half-precision inputs are computed in float32. When the mean square
     overflows, the rows are computed again as ``x / s`` with ``eps / s^2``
@@ -124,6 +139,8 @@ def rms_norm(
         tensor([[ 1., -1.,  1., -1.]])
         >>> torch.allclose(rms_norm(1e30 * y, (4,)), y)
         True
+        >>> rms_norm(y, (4,), torch.zeros(4), offset=1.0)  # Gemma: gain 1 + w
+        tensor([[ 1., -1.,  1., -1.]])
     """
     check_float(x)
     check_trailing_shape(x, normalized_shape)
@@ -139,7 +156,7 @@ def rms_norm(
         u = xf / s
         y = u * torch.rsqrt(u.pow(2).mean(dims, keepdim=True) + _scaled_eps(eps, s))
     if weight is not None:
-        y = y * weight.to(y.dtype)
+        y = y * _gain(weight, offset, y)
     return y.to(x.dtype)
 
 

@@ -1,21 +1,25 @@
 """Fused fast paths for the row-wise normalizers, with the plain torch path as fallback.
 
-Five operations, forward and backward, each a drop-in for its :mod:`normlab.functional`
+Six operations, forward and backward, each a drop-in for its :mod:`normlab.functional`
 form (same signature, same numbers within float32 rounding):
 
-- :func:`rms_norm` ``x / sqrt(mean(x^2) + eps) * weight`` (Zhang & Sennrich, 2019),
-- :func:`layer_norm` ``(x - mean) / sqrt(var + eps) * weight + bias`` (Ba et al., 2016),
+- :func:`rms_norm` ``x / sqrt(mean(x^2) + eps) * (weight + offset)`` (Zhang & Sennrich,
+  2019; ``offset=1`` is Gemma's ``1 + w``, formed in float32),
+- :func:`layer_norm` ``(x - mean) / sqrt(var + eps) * (weight + offset) + bias`` (Ba et al.,
+  2016),
+- :func:`add_rms_norm` / :func:`add_layer_norm`: ``s = x + residual`` and ``norm(s)`` in one
+  pass, returning ``(norm(s), s)`` (the fused residual op of vLLM and Liger-Kernel),
 - :func:`dyt` ``weight * tanh(alpha * x) + bias`` (Zhu et al., 2025),
-- :func:`add_rms_norm` ``s = x + residual`` and ``rms_norm(s)`` in one pass, returning both
-  (the fused residual op of vLLM and Liger-Kernel),
 - :func:`softmax1` ``exp(x_i) / (1 + sum_j exp(x_j))`` (Miller, 2023).
 
-Where they apply: float32 or bfloat16 CPU tensors (:mod:`normlab.kernels.cpu`, a C++
-library built on first use), float32/bfloat16/float16 CUDA tensors when Triton is installed
-(:mod:`normlab.kernels.triton_kernels`), a plain ``torch.Tensor`` (no subclass, no functorch
-transform), a weight of exactly ``normalized_shape``, softmax over the last dimension.
-Anything else takes the plain path. Autograd saves the input and one fp32 statistic per row
-(:mod:`normlab.kernels.autograd`); ``torch.compile`` sees the kernels as custom ops.
+Where they apply: float32, bfloat16 or float16 tensors, on the CPU (:mod:`normlab.kernels.cpu`,
+a C++ library built on first use) or on CUDA when Triton is installed
+(:mod:`normlab.kernels.triton_kernels`); a plain ``torch.Tensor`` (no subclass, no functorch
+transform), a weight of exactly ``normalized_shape`` (any float dtype: the gain is formed in
+float32), softmax over the last dimension. Anything else takes the plain path. Autograd
+saves the input (the sum, for the fused forms) and fp32 statistics per row: rstd, and
+LayerNorm's mean (:mod:`normlab.kernels.autograd`); ``torch.compile`` sees the kernels as
+custom ops.
 
 Turning them off: per layer, ``RMSNorm(d, backend="torch")`` (also ``LayerNorm``, ``DyT``)
 always takes the plain path; for a block of code, ``with normlab.kernels.disabled(): ...``
@@ -47,6 +51,7 @@ from normlab.kernels._dispatch import (
 
 __all__ = [
     "BACKENDS",
+    "add_layer_norm",
     "add_rms_norm",
     "available",
     "check_backend",
@@ -59,18 +64,30 @@ __all__ = [
 ]
 
 
+def _exact(shape: tuple[int, ...], *params: torch.Tensor | None) -> bool:
+    return all(p is None or tuple(p.shape) == shape for p in params)
+
+
+def _rows(t: torch.Tensor, d: int) -> torch.Tensor:
+    return t.reshape(-1, d).contiguous()
+
+
+def _flat(*params: torch.Tensor | None) -> list[torch.Tensor | None]:
+    return [None if p is None else p.reshape(-1) for p in params]
+
+
 def rms_norm(
     x: torch.Tensor,
     normalized_shape: Sequence[int],
     weight: torch.Tensor | None = None,
     eps: float | None = None,
+    *,
+    offset: float = 0.0,
 ) -> torch.Tensor:
     """:func:`normlab.functional.rms_norm` on the fast path where it applies."""
     shape = tuple(normalized_shape)
-    if not _applies(x, weight, d=prod(shape)) or (
-        weight is not None and tuple(weight.shape) != shape
-    ):
-        return NF.rms_norm(x, shape, weight, eps)
+    if not _applies(x, weight, d=prod(shape)) or not _exact(shape, weight):
+        return NF.rms_norm(x, shape, weight, eps, offset=offset)
     check_trailing_shape(x, shape)
     from normlab.kernels._ops import call
     from normlab.kernels.autograd import RMSNormFn
@@ -78,9 +95,15 @@ def rms_norm(
     eps = torch.finfo(x.dtype).eps if eps is None else eps
     x2 = x.reshape(-1, prod(shape))
     if not _grad(x, weight):
-        return call("rms_fwd", x2.contiguous(), None, _f32(weight), eps)[1].reshape(x.shape)
-    w = None if weight is None else weight.reshape(-1)
-    return RMSNormFn.apply(x2, w, eps).reshape(x.shape)
+        y = call("rms_fwd", x2.contiguous(), None, _f32(weight), eps, offset)[1]
+        return y.reshape(x.shape)
+    return RMSNormFn.apply(x2, *_flat(weight), eps, offset).reshape(x.shape)
+
+
+def _fused(x: torch.Tensor, residual: torch.Tensor, shape: tuple[int, ...], *params) -> bool:
+    """Whether the fused residual kernels apply (same shape and dtype for both inputs)."""
+    same = residual.shape == x.shape and residual.dtype == x.dtype
+    return same and _applies(x, residual, *params, d=prod(shape)) and _exact(shape, *params)
 
 
 def add_rms_norm(
@@ -89,32 +112,27 @@ def add_rms_norm(
     normalized_shape: Sequence[int],
     weight: torch.Tensor | None = None,
     eps: float | None = None,
+    *,
+    offset: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(s, rms_norm(s))`` with ``s = x + residual``: the pre-norm residual step, fused.
-
-    Reads ``x`` and ``residual`` once and writes the sum and the normalized sum, where the
-    unfused form reads the sum again. ``s`` is rounded to ``x.dtype`` before it is normalized,
-    exactly as ``rms_norm(x + residual)`` computes it.
-    """
+    """:func:`normlab.functional.add_rms_norm` (``(rms_norm(s), s)``, ``s = x + residual``)
+    fused where it applies: ``x`` and ``residual`` are read once, the sum and the normalized
+    sum written in the same pass (the unfused form reads the sum again)."""
     shape = tuple(normalized_shape)
-    fast = _applies(x, residual, weight, d=prod(shape)) and residual.shape == x.shape
-    fast = fast and residual.dtype == x.dtype
-    if not fast or (weight is not None and tuple(weight.shape) != shape):
-        s = x + residual
-        return s, NF.rms_norm(s, shape, weight, eps)
+    if not _fused(x, residual, shape, weight):
+        return NF.add_rms_norm(x, residual, shape, weight, eps, offset=offset)
     check_trailing_shape(x, shape)
     from normlab.kernels._ops import call
     from normlab.kernels.autograd import AddRMSNormFn
 
     eps = torch.finfo(x.dtype).eps if eps is None else eps
     d = prod(shape)
-    x2, r2 = x.reshape(-1, d).contiguous(), residual.reshape(-1, d).contiguous()
+    x2, r2 = _rows(x, d), _rows(residual, d)
     if not _grad(x, residual, weight):
-        s, y, _ = call("rms_fwd", x2, r2, _f32(weight), eps)
-        return s.reshape(x.shape), y.reshape(x.shape)
-    w = None if weight is None else weight.reshape(-1)
-    s, y = AddRMSNormFn.apply(x2, r2, w, eps)
-    return s.reshape(x.shape), y.reshape(x.shape)
+        s, y, _ = call("rms_fwd", x2, r2, _f32(weight), eps, offset)
+    else:
+        y, s = AddRMSNormFn.apply(x2, r2, *_flat(weight), eps, offset)
+    return y.reshape(x.shape), s.reshape(x.shape)
 
 
 def layer_norm(
@@ -123,22 +141,50 @@ def layer_norm(
     weight: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
     eps: float = 1e-5,
+    *,
+    offset: float = 0.0,
 ) -> torch.Tensor:
     """:func:`normlab.functional.layer_norm` on the fast path where it applies."""
     shape = tuple(normalized_shape)
-    exact = all(p is None or tuple(p.shape) == shape for p in (weight, bias))
-    if not _applies(x, weight, bias, d=prod(shape)) or not exact:
-        return NF.layer_norm(x, shape, weight, bias, eps)
+    if not _applies(x, weight, bias, d=prod(shape)) or not _exact(shape, weight, bias):
+        return NF.layer_norm(x, shape, weight, bias, eps, offset=offset)
     check_trailing_shape(x, shape)
     from normlab.kernels._ops import call
     from normlab.kernels.autograd import LayerNormFn
 
     x2 = x.reshape(-1, prod(shape))
     if not _grad(x, weight, bias):
-        y = call("ln_fwd", x2.contiguous(), _f32(weight), _f32(bias), eps)[0]
+        y = call("ln_fwd", x2.contiguous(), None, _f32(weight), _f32(bias), eps, offset)[1]
         return y.reshape(x.shape)
-    w, b = (None if p is None else p.reshape(-1) for p in (weight, bias))
-    return LayerNormFn.apply(x2, w, b, eps).reshape(x.shape)
+    return LayerNormFn.apply(x2, *_flat(weight, bias), eps, offset).reshape(x.shape)
+
+
+def add_layer_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    *,
+    offset: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`normlab.functional.add_layer_norm` (``(layer_norm(s), s)``,
+    ``s = x + residual``) fused where it applies, as :func:`add_rms_norm`."""
+    shape = tuple(normalized_shape)
+    if not _fused(x, residual, shape, weight, bias):
+        return NF.add_layer_norm(x, residual, shape, weight, bias, eps, offset=offset)
+    check_trailing_shape(x, shape)
+    from normlab.kernels._ops import call
+    from normlab.kernels.autograd import AddLayerNormFn
+
+    d = prod(shape)
+    x2, r2 = _rows(x, d), _rows(residual, d)
+    if not _grad(x, residual, weight, bias):
+        s, y, _, _ = call("ln_fwd", x2, r2, _f32(weight), _f32(bias), eps, offset)
+    else:
+        y, s = AddLayerNormFn.apply(x2, r2, *_flat(weight, bias), eps, offset)
+    return y.reshape(x.shape), s.reshape(x.shape)
 
 
 def dyt(

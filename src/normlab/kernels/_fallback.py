@@ -6,8 +6,8 @@ A model compiled before any eager kernel call holds ``torch.ops.normlab.*`` node
 :mod:`normlab.kernels.cpu`: ``x`` is a contiguous ``(rows, features)`` tensor, weights,
 biases and statistics are float32, outputs have ``x``'s dtype, and gradients of the
 parameters are float32 (an empty tensor where not asked for). Formulas:
-RMSNorm ``y = x r w``, ``r = 1 / sqrt(mean(x^2) + eps)`` and
-``dx = r (g w - x_hat mean(g w x_hat))``; LayerNorm the same on ``x - mean``, minus
+RMSNorm ``y = x r (w + off)``, ``r = 1 / sqrt(mean(x^2) + eps)`` and
+``dx = r (g (w + off) - x_hat mean(g (w + off) x_hat))``; LayerNorm the same on ``x - mean``, minus
 ``mean(g w)``; DyT ``y = w tanh(a x) + b``; Softmax1 ``y = exp(x) / (1 + sum exp(x))``.
 """
 
@@ -38,23 +38,33 @@ def _ones(w: Tensor | None, x: Tensor) -> Tensor:
     return torch.ones(x.shape[1], device=x.device) if w is None else w
 
 
+def _gain(w: Tensor | None, x: Tensor, off: float) -> Tensor:
+    return torch.ones(x.shape[1], device=x.device) if w is None else w + off
+
+
 def rms_fwd(
-    x: Tensor, res: Tensor | None, w: Tensor | None, eps: float
+    x: Tensor, res: Tensor | None, w: Tensor | None, eps: float, off: float
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """``(sum or empty, y, rstd)`` of (residual-add +) RMSNorm."""
+    """``(sum or empty, y, rstd)`` of (residual-add +) RMSNorm with gain ``w + off``."""
     s = None if res is None else x + res
     src = (x if s is None else s).double()  # float64: no overflow for any float32 row
     rstd = torch.rsqrt(src.square().mean(-1) + eps).float()
-    y = NF.rms_norm(x if s is None else s, (x.shape[1],), w, eps)
+    y = NF.rms_norm(x if s is None else s, (x.shape[1],), w, eps, offset=off)
     return (x.new_empty(0) if s is None else s), y, rstd
 
 
 def rms_bwd(
-    dy: Tensor, x: Tensor, w: Tensor | None, rstd: Tensor, dsum: Tensor | None, need_dw: bool
+    dy: Tensor,
+    x: Tensor,
+    w: Tensor | None,
+    rstd: Tensor,
+    dsum: Tensor | None,
+    need_dw: bool,
+    off: float,
 ) -> tuple[Tensor, Tensor]:
     """``(dx, dw or empty)``; ``dsum`` is added to ``dx``."""
     g, xh = dy.float(), x.float() * rstd[:, None]
-    gw = g * _ones(w, x)
+    gw = g * _gain(w, x, off)
     dx = rstd[:, None] * (gw - xh * (gw * xh).mean(-1, keepdim=True))
     if dsum is not None:
         dx = dx + dsum.float()
@@ -62,22 +72,43 @@ def rms_bwd(
     return dx.to(x.dtype), dw
 
 
-def ln_fwd(x: Tensor, w: Tensor | None, b: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
-    """``(y, rstd)`` of LayerNorm."""
-    rstd = torch.rsqrt(x.double().var(-1, unbiased=False) + eps).float()
-    return NF.layer_norm(x, (x.shape[1],), w, b, eps), rstd
+def ln_fwd(
+    x: Tensor,
+    res: Tensor | None,
+    w: Tensor | None,
+    b: Tensor | None,
+    eps: float,
+    off: float,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(sum or empty, y, mean, rstd)`` of (residual-add +) LayerNorm."""
+    s = None if res is None else x + res
+    src = x if s is None else s
+    var, mean = torch.var_mean(src.double(), -1, correction=0)
+    y = NF.layer_norm(src, (x.shape[1],), w, b, eps, offset=off)
+    out = x.new_empty(0) if s is None else s
+    return out, y, mean.float(), torch.rsqrt(var + eps).float()
 
 
 def ln_bwd(
-    dy: Tensor, x: Tensor, w: Tensor | None, rstd: Tensor, need_dw: bool, need_db: bool
+    dy: Tensor,
+    x: Tensor,
+    w: Tensor | None,
+    mean: Tensor,
+    rstd: Tensor,
+    dsum: Tensor | None,
+    need_dw: bool,
+    need_db: bool,
+    off: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """``(dx, dw or empty, db or empty)`` of LayerNorm."""
-    xf, g = x.float(), dy.float()
-    xh = (xf - xf.mean(-1, keepdim=True)) * rstd[:, None]
-    gw = g * _ones(w, x)
+    """``(dx, dw or empty, db or empty)`` of LayerNorm; ``dsum`` is added to ``dx``."""
+    g = dy.float()
+    xh = (x.float() - mean[:, None]) * rstd[:, None]
+    gw = g * _gain(w, x, off)
     c1 = gw.mean(-1, keepdim=True)
     c2 = (gw * xh).mean(-1, keepdim=True)
     dx = rstd[:, None] * (gw - c1 - xh * c2)
+    if dsum is not None:
+        dx = dx + dsum.float()
     dw = (g * xh).sum(0) if need_dw else _empty(x)
     db = g.sum(0) if need_db else _empty(x)
     return dx.to(x.dtype), dw, db

@@ -62,7 +62,7 @@ def _define(name: str, fake: Callable[..., Any]) -> None:
 
 
 def _rms_fwd(
-    x: Tensor, res: Tensor | None, w: Tensor | None, eps: float
+    x: Tensor, res: Tensor | None, w: Tensor | None, eps: float, off: float
 ) -> tuple[Tensor, Tensor, Tensor]:
     s = torch.empty_like(x) if res is not None else x.new_empty(0)
     return s, torch.empty_like(x), _rows(x)
@@ -75,16 +75,28 @@ def _rms_bwd(
     rstd: Tensor,
     dsum: Tensor | None,
     need_dw: bool,
+    off: float,
 ) -> tuple[Tensor, Tensor]:
     return torch.empty_like(x), _vec(x, need_dw)
 
 
-def _ln_fwd(x: Tensor, w: Tensor | None, b: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
-    return torch.empty_like(x), _rows(x)
+def _ln_fwd(
+    x: Tensor, res: Tensor | None, w: Tensor | None, b: Tensor | None, eps: float, off: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    s = torch.empty_like(x) if res is not None else x.new_empty(0)
+    return s, torch.empty_like(x), _rows(x), _rows(x)
 
 
 def _ln_bwd(
-    dy: Tensor, x: Tensor, w: Tensor | None, rstd: Tensor, need_dw: bool, need_db: bool
+    dy: Tensor,
+    x: Tensor,
+    w: Tensor | None,
+    mean: Tensor,
+    rstd: Tensor,
+    dsum: Tensor | None,
+    need_dw: bool,
+    need_db: bool,
+    off: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
     return torch.empty_like(x), _vec(x, need_dw), _vec(x, need_db)
 

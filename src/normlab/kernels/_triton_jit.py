@@ -100,15 +100,21 @@ def rms_bwd(DY, X, W, RSTD, DS, DX, DWP, R, D, PER, HAS_W: tl.constexpr, HAS_DS:
 
 
 @triton.jit
-def ln_fwd(X, W, B, Y, RSTD, D, eps, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-           BLOCK: tl.constexpr):  # fmt: skip
+def ln_fwd(X, RES, W, B, S, Y, MEAN, RSTD, D, eps, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
+           HAS_B: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < D
     x = tl.load(X + row * D + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RES:
+        r = tl.load(RES + row * D + cols, mask=mask, other=0.0).to(tl.float32)
+        s = (x + r).to(S.dtype.element_ty)
+        tl.store(S + row * D + cols, s, mask=mask)
+        x = s.to(tl.float32)
     mean = tl.sum(x, axis=0) / D
     xc = tl.where(mask, x - mean, 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / D + eps)
+    tl.store(MEAN + row, mean)
     tl.store(RSTD + row, rstd)
     y = xc * rstd
     y = _affine(y, W, B, cols, mask, HAS_W, HAS_B)
@@ -116,7 +122,8 @@ def ln_fwd(X, W, B, Y, RSTD, D, eps, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
 
 
 @triton.jit
-def ln_bwd(DY, X, W, RSTD, DX, DWP, DBP, R, D, PER, HAS_W: tl.constexpr, BLOCK: tl.constexpr):
+def ln_bwd(DY, X, W, MEAN, RSTD, DS, DX, DWP, DBP, R, D, PER, HAS_W: tl.constexpr,
+           HAS_DS: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
     pid = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     cmask = cols < D
@@ -127,12 +134,14 @@ def ln_bwd(DY, X, W, RSTD, DX, DWP, DBP, R, D, PER, HAS_W: tl.constexpr, BLOCK: 
         mask = cmask
         x, dy = _row_pair(X, DY, row * D + cols, mask)
         rstd = tl.load(RSTD + row)
-        mean = tl.sum(x, axis=0) / D
+        mean = tl.load(MEAN + row)  # saved by the forward pass
         xh = tl.where(mask, (x - mean) * rstd, 0.0)
         g = tl.where(mask, dy * w, 0.0)
         c1 = tl.sum(g, axis=0) / D
         c2 = tl.sum(g * xh, axis=0) / D
         dx = rstd * (g - c1 - xh * c2)
+        if HAS_DS:
+            dx += tl.load(DS + row * D + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(DX + row * D + cols, dx.to(DX.dtype.element_ty), mask=mask)
         aw += dy * xh
         ab += dy

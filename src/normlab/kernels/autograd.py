@@ -1,13 +1,14 @@
-"""Autograd functions over the kernels: they save the input and one fp32 statistic per row.
+"""Autograd functions over the kernels: they save the input and fp32 statistics per row.
 
 Each function takes a contiguous ``(rows, features)`` view (the dispatch in
 :mod:`normlab.kernels` flattens the leading dimensions) and returns new tensors; the
-caller's tensors are never written. RMSNorm and LayerNorm save ``rstd = 1 / sqrt(. + eps)``
-per row (LayerNorm recomputes the row mean in the backward pass rather than storing it),
-DyT saves nothing beyond its input (``tanh`` is recomputed), Softmax1 saves its output.
-Weight gradients are reduced over a fixed set of row blocks in a fixed order, so they are
-deterministic. A double backward (``create_graph=True``) is served by the plain torch
-formula, recomputed from the saved input, so higher derivatives stay correct.
+caller's tensors are never written. RMSNorm saves ``rstd = 1 / sqrt(. + eps)`` per row and
+LayerNorm the row mean and ``rstd`` (the backward pass recomputes no statistic); the fused
+residual forms save the sum instead of their two inputs. DyT saves nothing beyond its input
+(``tanh`` is recomputed), Softmax1 saves its output. Weight gradients are reduced over a
+fixed set of row blocks in a fixed order, so they are deterministic. A double backward
+(``create_graph=True``) is served by the plain torch formula, recomputed from the saved
+input, so higher derivatives stay correct.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from torch import Tensor
 from normlab import functional as NF
 from normlab.kernels._ops import call
 
-__all__ = ["AddRMSNormFn", "DyTFn", "LayerNormFn", "RMSNormFn", "Softmax1Fn"]
+__all__ = [
+    "AddLayerNormFn",
+    "AddRMSNormFn",
+    "DyTFn",
+    "LayerNormFn",
+    "RMSNormFn",
+    "Softmax1Fn",
+]
 
 
 def _f32(p: Tensor | None) -> Tensor | None:
@@ -47,16 +55,20 @@ def _reference_grads(
     return tuple(next(it) if p else None for p in picked)
 
 
+def _dy(dy: Tensor | None, like: Tensor) -> Tensor:
+    """The output gradient (zeros where autograd sent None: that output was not used)."""
+    return torch.zeros_like(like) if dy is None else dy.contiguous()
+
+
 class RMSNormFn(torch.autograd.Function):
-    """``x * rstd * weight`` with ``rstd = 1 / sqrt(mean(x^2) + eps)`` per row."""
+    """``x * rstd * (weight + off)`` with ``rstd = 1 / sqrt(mean(x^2) + eps)`` per row."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+    def forward(ctx: Any, x: Tensor, weight: Tensor | None, eps: float, off: float) -> Tensor:
         x = x.contiguous()
-        w = _f32(weight)
-        _, y, rstd = call("rms_fwd", x, None, w, eps)
+        _, y, rstd = call("rms_fwd", x, None, _f32(weight), eps, off)
         ctx.save_for_backward(x, weight, rstd)
-        ctx.eps = eps
+        ctx.eps, ctx.off = eps, off
         return y
 
     @staticmethod
@@ -66,70 +78,117 @@ class RMSNormFn(torch.autograd.Function):
             d = x.shape[-1]
 
             def ref(a: Tensor, b: Tensor | None) -> Tensor:
-                return NF.rms_norm(a, (d,), b, ctx.eps)
+                return NF.rms_norm(a, (d,), b, ctx.eps, offset=ctx.off)
 
-            return (*_reference_grads(ref, (x, weight), (dy,)), None)
+            return (*_reference_grads(ref, (x, weight), (dy,)), None, None)
         need_w = weight is not None and ctx.needs_input_grad[1]
-        dx, dw = call("rms_bwd", dy.contiguous(), x, _f32(weight), rstd, None, need_w)
-        return dx, _cast(dw, weight, need_w), None
+        dx, dw = call("rms_bwd", dy.contiguous(), x, _f32(weight), rstd, None, need_w, ctx.off)
+        return dx, _cast(dw, weight, need_w), None, None
 
 
 class AddRMSNormFn(torch.autograd.Function):
-    """``s = x + residual`` and ``rms_norm(s)``, in one pass; returns both."""
+    """``s = x + residual`` and ``rms_norm(s)`` in one pass; returns ``(y, s)``."""
 
     @staticmethod
     def forward(
-        ctx: Any, x: Tensor, residual: Tensor, weight: Tensor | None, eps: float
+        ctx: Any, x: Tensor, residual: Tensor, weight: Tensor | None, eps: float, off: float
     ) -> tuple[Tensor, Tensor]:
-        s, y, rstd = call("rms_fwd", x.contiguous(), residual.contiguous(), _f32(weight), eps)
+        s, y, rstd = call("rms_fwd", x.contiguous(), residual.contiguous(), _f32(weight), eps, off)
         ctx.save_for_backward(s, weight, rstd)
-        ctx.eps = eps
-        return s, y
+        ctx.eps, ctx.off = eps, off
+        ctx.set_materialize_grads(False)  # an unused output costs no zero tensor
+        return y, s
 
     @staticmethod
-    def backward(ctx: Any, ds: Tensor, dy: Tensor) -> tuple[Tensor | None, ...]:
+    def backward(ctx: Any, dy: Tensor | None, ds: Tensor | None) -> tuple[Tensor | None, ...]:
         s, weight, rstd = ctx.saved_tensors
+        dy = _dy(dy, s)
         if torch.is_grad_enabled():
             d = s.shape[-1]
 
             def ref(a: Tensor, b: Tensor | None) -> Tensor:
-                return NF.rms_norm(a, (d,), b, ctx.eps)
+                return NF.rms_norm(a, (d,), b, ctx.eps, offset=ctx.off)
 
             gs, gw = _reference_grads(ref, (s, weight), (dy,))
-            g = gs + ds
-            return g, g, gw, None
+            g = gs if ds is None else gs + ds
+            return g, g, gw, None, None
         need_w = weight is not None and ctx.needs_input_grad[2]
-        g, dw = call("rms_bwd", dy.contiguous(), s, _f32(weight), rstd, ds.contiguous(), need_w)
-        return g, g, _cast(dw, weight, need_w), None
+        dsum = None if ds is None else ds.contiguous()
+        g, dw = call("rms_bwd", dy, s, _f32(weight), rstd, dsum, need_w, ctx.off)
+        return g, g, _cast(dw, weight, need_w), None, None
 
 
 class LayerNormFn(torch.autograd.Function):
-    """``(x - mean) * rstd * weight + bias`` per row (biased variance)."""
+    """``(x - mean) * rstd * (weight + off) + bias`` per row (biased variance); the mean
+    and rstd are saved, so the backward pass recomputes no statistic."""
 
     @staticmethod
     def forward(
-        ctx: Any, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
+        ctx: Any, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, off: float
     ) -> Tensor:
         x = x.contiguous()
-        y, rstd = call("ln_fwd", x, _f32(weight), _f32(bias), eps)
-        ctx.save_for_backward(x, weight, bias, rstd)
-        ctx.eps = eps
+        _, y, mean, rstd = call("ln_fwd", x, None, _f32(weight), _f32(bias), eps, off)
+        ctx.save_for_backward(x, weight, bias, mean, rstd)
+        ctx.eps, ctx.off = eps, off
         return y
 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
-        x, weight, bias, rstd = ctx.saved_tensors
+        x, weight, bias, mean, rstd = ctx.saved_tensors
         if torch.is_grad_enabled():
             d = x.shape[-1]
 
             def ref(a: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
-                return NF.layer_norm(a, (d,), w, b, ctx.eps)
+                return NF.layer_norm(a, (d,), w, b, ctx.eps, offset=ctx.off)
 
-            return (*_reference_grads(ref, (x, weight, bias), (dy,)), None)
+            return (*_reference_grads(ref, (x, weight, bias), (dy,)), None, None)
         need_w = weight is not None and ctx.needs_input_grad[1]
         need_b = bias is not None and ctx.needs_input_grad[2]
-        dx, dw, db = call("ln_bwd", dy.contiguous(), x, _f32(weight), rstd, need_w, need_b)
-        return dx, _cast(dw, weight, need_w), _cast(db, bias, need_b), None
+        dx, dw, db = call(
+            "ln_bwd", dy.contiguous(), x, _f32(weight), mean, rstd, None, need_w, need_b, ctx.off
+        )
+        return dx, _cast(dw, weight, need_w), _cast(db, bias, need_b), None, None
+
+
+class AddLayerNormFn(torch.autograd.Function):
+    """``s = x + residual`` and ``layer_norm(s)`` in one pass; returns ``(y, s)``."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: Tensor,
+        residual: Tensor,
+        weight: Tensor | None,
+        bias: Tensor | None,
+        eps: float,
+        off: float,
+    ) -> tuple[Tensor, Tensor]:
+        s, y, mean, rstd = call(
+            "ln_fwd", x.contiguous(), residual.contiguous(), _f32(weight), _f32(bias), eps, off
+        )
+        ctx.save_for_backward(s, weight, bias, mean, rstd)
+        ctx.eps, ctx.off = eps, off
+        ctx.set_materialize_grads(False)
+        return y, s
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor | None, ds: Tensor | None) -> tuple[Tensor | None, ...]:
+        s, weight, bias, mean, rstd = ctx.saved_tensors
+        dy = _dy(dy, s)
+        if torch.is_grad_enabled():
+            d = s.shape[-1]
+
+            def ref(a: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
+                return NF.layer_norm(a, (d,), w, b, ctx.eps, offset=ctx.off)
+
+            gs, gw, gb = _reference_grads(ref, (s, weight, bias), (dy,))
+            g = gs if ds is None else gs + ds
+            return g, g, gw, gb, None, None
+        need_w = weight is not None and ctx.needs_input_grad[2]
+        need_b = bias is not None and ctx.needs_input_grad[3]
+        dsum = None if ds is None else ds.contiguous()
+        g, dw, db = call("ln_bwd", dy, s, _f32(weight), mean, rstd, dsum, need_w, need_b, ctx.off)
+        return g, g, _cast(dw, weight, need_w), _cast(db, bias, need_b), None, None
 
 
 class DyTFn(torch.autograd.Function):

@@ -78,8 +78,8 @@ __all__ = [
     "softmax1_fwd",
 ]
 
-#: Input dtypes the CPU library handles (bfloat16 is passed as its 16 raw bits).
-DTYPES = (torch.float32, torch.bfloat16)
+#: Input dtypes the CPU library handles (bfloat16 and float16 are passed as their 16 raw bits).
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: Compiler flags of the build.
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 
@@ -89,16 +89,16 @@ _L = ctypes.c_long
 _F = ctypes.c_float
 _I = ctypes.c_int
 _SIGNATURES: dict[str, tuple[type, ...]] = {
-    "nl_rms_fwd": (_I, _P, _P, _P, _P, _P, _P, _L, _L, _F, _I),
-    "nl_rms_bwd": (_I, _P, _P, _P, _P, _P, _P, _P, _P, _L, _L, _I),
-    "nl_ln_fwd": (_I, _P, _P, _P, _P, _P, _L, _L, _F, _I),
-    "nl_ln_bwd": (_I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _L, _L, _I),
+    "nl_rms_fwd": (_I, _P, _P, _P, _F, _P, _P, _P, _L, _L, _F, _I),
+    "nl_rms_bwd": (_I, _P, _P, _P, _F, _P, _P, _P, _P, _P, _L, _L, _I),
+    "nl_ln_fwd": (_I, _P, _P, _P, _P, _F, _P, _P, _P, _P, _L, _L, _F, _I),
+    "nl_ln_bwd": (_I, _P, _P, _P, _F, _P, _P, _P, _P, _P, _P, _P, _P, _L, _L, _I),
     "nl_dyt_fwd": (_I, _P, _F, _P, _P, _P, _L, _L, _I),
     "nl_dyt_bwd": (_I, _P, _P, _F, _P, _P, _P, _P, _P, _P, _P, _P, _L, _L, _I),
     "nl_softmax1_fwd": (_I, _P, _P, _P, _L, _L, _I),
     "nl_softmax1_bwd": (_I, _P, _P, _P, _L, _L, _I),
 }
-_VERSION = 3  # nl_version() of csrc/norms.cpp
+_VERSION = 4  # nl_version() of csrc/norms.cpp
 _lock = threading.Lock()
 _state: dict[str, ctypes.CDLL | None] = {}
 _scratch = threading.local()  # per-thread reusable float32 workspace
@@ -225,8 +225,8 @@ def reset() -> None:
         _state.clear()
 
 
-# --- tensor-level calls: x is a contiguous (R, D) float32/bfloat16 CPU tensor; weight, bias
-# and statistics are contiguous float32. Each returns new tensors (never writes its inputs).
+# --- tensor-level calls: x is a contiguous (R, D) float32/bfloat16/float16 CPU tensor; weight,
+# bias and statistics are contiguous float32. Each returns new tensors (never writes its inputs).
 
 
 def _lib() -> ctypes.CDLL:
@@ -240,8 +240,9 @@ def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
-def _bf(x: torch.Tensor) -> int:
-    return int(x.dtype == torch.bfloat16)
+def _dt(x: torch.Tensor) -> int:
+    """The library's dtype code of ``x``: 0 float32, 1 bfloat16, 2 float16."""
+    return DTYPES.index(x.dtype)
 
 
 def _threads() -> int:
@@ -288,15 +289,17 @@ def _zeros(b: torch.Tensor | None, d: int) -> torch.Tensor:
 
 
 def rms_fwd(
-    x: torch.Tensor, res: torch.Tensor | None, w: torch.Tensor | None, eps: float
+    x: torch.Tensor, res: torch.Tensor | None, w: torch.Tensor | None, eps: float, off: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(sum or empty, y, rstd)`` of (residual-add +) RMSNorm."""
+    """``(sum or empty, y, rstd)`` of (residual-add +) RMSNorm with gain ``w + off``."""
     rows, d = x.shape
+    w1 = _ones(w, d)  # kept alive until the call returns
+    off = off if w is not None else 0.0  # no weight: the gain is 1
     y = torch.empty_like(x)
     s = torch.empty_like(x) if res is not None else None
     rstd = torch.empty(rows, dtype=torch.float32)
     _lib().nl_rms_fwd(
-        _bf(x), _ptr(x), _ptr(res), _ptr(w), _ptr(s), _ptr(y), _ptr(rstd), rows, d, eps,
+        _dt(x), _ptr(x), _ptr(res), _ptr(w1), off, _ptr(s), _ptr(y), _ptr(rstd), rows, d, eps,
         _threads(),
     )  # fmt: skip
     return (x.new_empty(0) if s is None else s), y, rstd
@@ -313,63 +316,69 @@ def rms_bwd(
     rstd: torch.Tensor,
     dsum: torch.Tensor | None,
     need_dw: bool,
+    off: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(dx, dw or empty)``; ``dsum`` (the sum's own gradient) is added to ``dx``."""
     rows, d = x.shape
     w1 = _ones(w, d)  # kept alive until the call returns
+    off = off if w is not None else 0.0
     dx = torch.empty_like(x)
     (part,) = _work(_lib().nl_blocks() * d)  # the partial buffer is always written
     dw = _grad_vec(d, need_dw)
     _lib().nl_rms_bwd(
-        _bf(x), _ptr(dy), _ptr(x), _ptr(w1), _ptr(rstd), _ptr(dsum), _ptr(dx), _ptr(part),
+        _dt(x), _ptr(dy), _ptr(x), _ptr(w1), off, _ptr(rstd), _ptr(dsum), _ptr(dx), _ptr(part),
         _ptr(dw), rows, d, _threads(),
     )  # fmt: skip
     return dx, (_empty() if dw is None else dw)
 
 
 def ln_fwd(
-    x: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None, eps: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(y, rstd)`` of LayerNorm (the mean is recomputed in the backward pass)."""
+    x: torch.Tensor,
+    res: torch.Tensor | None,
+    w: torch.Tensor | None,
+    b: torch.Tensor | None,
+    eps: float,
+    off: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(sum or empty, y, mean, rstd)`` of (residual-add +) LayerNorm with gain ``w + off``."""
     rows, d = x.shape
     w1 = _ones(w, d)  # kept alive until the call returns
+    off = off if w is not None else 0.0
     b0 = _zeros(b, d)
     y = torch.empty_like(x)
+    s = torch.empty_like(x) if res is not None else None
+    mean = torch.empty(rows, dtype=torch.float32)
     rstd = torch.empty(rows, dtype=torch.float32)
     _lib().nl_ln_fwd(
-        _bf(x),
-        _ptr(x),
-        _ptr(w1),
-        _ptr(b0),
-        _ptr(y),
-        _ptr(rstd),
-        rows,
-        d,
-        eps,
-        _threads(),
-    )
-    return y, rstd
+        _dt(x), _ptr(x), _ptr(res), _ptr(w1), _ptr(b0), off, _ptr(s), _ptr(y), _ptr(mean),
+        _ptr(rstd), rows, d, eps, _threads(),
+    )  # fmt: skip
+    return (x.new_empty(0) if s is None else s), y, mean, rstd
 
 
 def ln_bwd(
     dy: torch.Tensor,
     x: torch.Tensor,
     w: torch.Tensor | None,
+    mean: torch.Tensor,
     rstd: torch.Tensor,
+    dsum: torch.Tensor | None,
     need_dw: bool,
     need_db: bool,
+    off: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(dx, dw or empty, db or empty)`` of LayerNorm."""
+    """``(dx, dw or empty, db or empty)`` of (residual-add +) LayerNorm from its saved
+    statistics; ``dsum`` is added to ``dx``."""
     rows, d = x.shape
     w1 = _ones(w, d)  # kept alive until the call returns
+    off = off if w is not None else 0.0
     dx = torch.empty_like(x)
     nb = _lib().nl_blocks() * d
-    pw, pb = _work(nb if need_dw else 0, nb if need_db else 0)
-    pw, pb = (pw if need_dw else None), (pb if need_db else None)
+    pw, pb = _work(nb, nb)  # both partials are always written (one pass for dx, dw, db)
     dw, db = _grad_vec(d, need_dw), _grad_vec(d, need_db)
     _lib().nl_ln_bwd(
-        _bf(x), _ptr(dy), _ptr(x), _ptr(w1), _ptr(rstd), _ptr(dx), _ptr(pw), _ptr(pb),
-        _ptr(dw), _ptr(db), rows, d, _threads(),
+        _dt(x), _ptr(dy), _ptr(x), _ptr(w1), off, _ptr(mean), _ptr(rstd), _ptr(dsum), _ptr(dx),
+        _ptr(pw), _ptr(pb), _ptr(dw), _ptr(db), rows, d, _threads(),
     )  # fmt: skip
     return dx, (_empty() if dw is None else dw), (_empty() if db is None else db)
 
@@ -383,7 +392,7 @@ def dyt_fwd(
     b0 = _zeros(b, d)
     y = torch.empty_like(x)
     _lib().nl_dyt_fwd(
-        _bf(x),
+        _dt(x),
         _ptr(x),
         float(alpha),
         _ptr(w1),
@@ -413,7 +422,7 @@ def dyt_bwd(
     dw, db = _grad_vec(d, need_dw), _grad_vec(d, need_db)
     da = torch.empty(1)
     _lib().nl_dyt_bwd(
-        _bf(x), _ptr(dy), _ptr(x), float(alpha), _ptr(w1), _ptr(dx), _ptr(pw), _ptr(pb),
+        _dt(x), _ptr(dy), _ptr(x), float(alpha), _ptr(w1), _ptr(dx), _ptr(pw), _ptr(pb),
         _ptr(pa), _ptr(dw), _ptr(db), _ptr(da), rows, d, _threads(),
     )  # fmt: skip
     return dx, da, (_empty() if dw is None else dw), (_empty() if db is None else db)
@@ -425,7 +434,7 @@ def softmax1_fwd(x: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(x)
     nt = _threads()
     (work,) = _work(nt * d)  # one row buffer per thread
-    _lib().nl_softmax1_fwd(_bf(x), _ptr(x), _ptr(y), _ptr(work), rows, d, nt)
+    _lib().nl_softmax1_fwd(_dt(x), _ptr(x), _ptr(y), _ptr(work), rows, d, nt)
     return y
 
 
@@ -433,5 +442,5 @@ def softmax1_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``y * (dy - sum(dy * y))`` over the rows."""
     rows, d = y.shape
     dx = torch.empty_like(y)
-    _lib().nl_softmax1_bwd(_bf(y), _ptr(dy), _ptr(y), _ptr(dx), rows, d, _threads())
+    _lib().nl_softmax1_bwd(_dt(y), _ptr(dy), _ptr(y), _ptr(dx), rows, d, _threads())
     return dx

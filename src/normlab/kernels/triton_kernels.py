@@ -68,11 +68,17 @@ def _or(t: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
     return x if t is None else t
 
 
+def _gain(w: torch.Tensor | None, off: float) -> torch.Tensor | None:
+    """The float32 gain ``w + off`` (None without a weight: the gain is 1)."""
+    return w if w is None or off == 0.0 else w + off
+
+
 def rms_fwd(
-    x: torch.Tensor, res: torch.Tensor | None, w: torch.Tensor | None, eps: float
+    x: torch.Tensor, res: torch.Tensor | None, w: torch.Tensor | None, eps: float, off: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(sum or empty, y, rstd)`` of (residual-add +) RMSNorm."""
+    """``(sum or empty, y, rstd)`` of (residual-add +) RMSNorm with gain ``w + off``."""
     rows, d = x.shape
+    w = _gain(w, off)
     y = torch.empty_like(x)
     s = torch.empty_like(x) if res is not None else x.new_empty(0)
     rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
@@ -96,9 +102,11 @@ def rms_bwd(
     rstd: torch.Tensor,
     dsum: torch.Tensor | None,
     need_dw: bool,
+    off: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(dx, dw or empty)``; ``dsum`` is added to ``dx``."""
     rows, d = x.shape
+    w = _gain(w, off)
     dx = torch.empty_like(x)
     n, per = _programs(x)
     part = torch.zeros(n, d, dtype=torch.float32, device=x.device)
@@ -112,31 +120,44 @@ def rms_bwd(
 
 
 def ln_fwd(
-    x: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None, eps: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(y, rstd)`` of LayerNorm."""
+    x: torch.Tensor,
+    res: torch.Tensor | None,
+    w: torch.Tensor | None,
+    b: torch.Tensor | None,
+    eps: float,
+    off: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(sum or empty, y, mean, rstd)`` of (residual-add +) LayerNorm with gain ``w + off``."""
     rows, d = x.shape
+    w = _gain(w, off)
     y = torch.empty_like(x)
-    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    s = torch.empty_like(x) if res is not None else x.new_empty(0)
+    mean = torch.empty(rows, dtype=torch.float32, device=x.device)
+    rstd = torch.empty_like(mean)
     if rows:
         blk = _block(d)
         _jit().ln_fwd[(rows,)](
-            x, _or(w, rstd), _or(b, rstd), y, rstd, d, eps, HAS_W=w is not None,
+            x, _or(res, x), _or(w, rstd), _or(b, rstd), _or(s if res is not None else None, x),
+            y, mean, rstd, d, eps, HAS_RES=res is not None, HAS_W=w is not None,
             HAS_B=b is not None, BLOCK=blk, num_warps=_warps(blk),
         )  # fmt: skip
-    return y, rstd
+    return s, y, mean, rstd
 
 
 def ln_bwd(
     dy: torch.Tensor,
     x: torch.Tensor,
     w: torch.Tensor | None,
+    mean: torch.Tensor,
     rstd: torch.Tensor,
+    dsum: torch.Tensor | None,
     need_dw: bool,
     need_db: bool,
+    off: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(dx, dw or empty, db or empty)`` of LayerNorm."""
+    """``(dx, dw or empty, db or empty)`` of LayerNorm from its saved statistics."""
     rows, d = x.shape
+    w = _gain(w, off)
     dx = torch.empty_like(x)
     n, per = _programs(x)
     pw = torch.zeros(n, d, dtype=torch.float32, device=x.device)
@@ -144,8 +165,8 @@ def ln_bwd(
     if rows:
         blk = _block(d)
         _jit().ln_bwd[(n,)](
-            dy, x, _or(w, rstd), rstd, dx, pw, pb, rows, d, per, HAS_W=w is not None,
-            BLOCK=blk, num_warps=_warps(blk),
+            dy, x, _or(w, rstd), mean, rstd, _or(dsum, x), dx, pw, pb, rows, d, per,
+            HAS_W=w is not None, HAS_DS=dsum is not None, BLOCK=blk, num_warps=_warps(blk),
         )  # fmt: skip
     dw = pw.sum(0) if need_dw else _vec(x, False)
     return dx, dw, (pb.sum(0) if need_db else _vec(x, False))

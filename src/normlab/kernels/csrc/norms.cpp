@@ -2,7 +2,7 @@
 //
 // Plain C++ (no torch headers, so it compiles in about a second) with an extern "C" API
 // called through ctypes on tensors' data pointers. Every function handles rows of length D
-// of a contiguous (R, D) array, float32 (bf = 0) or bfloat16 (bf = 1), computing in float32.
+// of a contiguous (R, D) array, float32, bfloat16 or float16, computing in float32.
 // Weight, bias and every statistic are float32. Weight gradients are accumulated into a
 // fixed number of row blocks (NB, independent of the thread count) and summed in block
 // order, so they are bit-for-bit deterministic for any number of threads. Weight and bias
@@ -33,7 +33,9 @@ inline float ld(const uint16_t* p, long i) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+inline float ld(const _Float16* p, long i) { return static_cast<float>(p[i]); }
 inline void st(float* p, long i, float v) { p[i] = v; }
+inline void st(_Float16* p, long i, float v) { p[i] = static_cast<_Float16>(v); }
 inline void st(uint16_t* p, long i, float v) {
   uint32_t u;
   std::memcpy(&u, &v, 4);
@@ -41,13 +43,18 @@ inline void st(uint16_t* p, long i, float v) {
   p[i] = static_cast<uint16_t>(v != v ? 0x7FC0u : rounded);
 }
 
-// out[j] = f(j) for j < D, f computed in float32. For bfloat16 on a CPU with AVX512-BF16
-// the values go through a 64-float buffer and vcvtneps2bf16 (round to nearest even, as st
-// does; 3x faster than the scalar rounding), else through st.
+// out[j] = f(j) for j < D, f computed in float32 (float16 rounds through F16C). For bfloat16
+// on a CPU with AVX512-BF16 the values go through a 64-float buffer and vcvtneps2bf16 (round
+// to nearest even, as st does; 3x faster than the scalar rounding), else through st.
 template <typename F>
 inline void emit(float* out, long D, F f) {
 #pragma omp simd
   for (long j = 0; j < D; ++j) out[j] = f(j);
+}
+template <typename F>
+inline void emit(_Float16* out, long D, F f) {
+#pragma omp simd
+  for (long j = 0; j < D; ++j) out[j] = static_cast<_Float16>(f(j));
 }
 template <typename F>
 inline void emit(uint16_t* out, long D, F f) {
@@ -144,17 +151,24 @@ void reduce_blocks(const float* part, float* out, long D, int nt) {
   }
 }
 
+// The gain of every affine norm is w[j] + off in float32 (off = 1 for Gemma's (1 + w) and
+// zero-centred weights): adding in float32 keeps 1 + 0.0039 from rounding to 1 as in bf16.
+// A residual row (res != nullptr) is added first; the sum, rounded to T, is written out and
+// is the row that gets normalized, exactly as norm(x + res) computes it.
 template <typename T>
-void rms_fwd(const T* x, const T* res, const float* w, T* sum, T* y, float* rstd, long R,
-             long D, float eps, int nt) {
+inline const T* add_residual(const T* x, const T* res, T* sum, long o, long D) {
+  if (res == nullptr) return x + o;
+  emit(sum + o, D, [&](long j) { return ld(x + o, j) + ld(res + o, j); });
+  return sum + o;
+}
+
+template <typename T>
+void rms_fwd(const T* x, const T* res, const float* w, float off, T* sum, T* y, float* rstd,
+             long R, long D, float eps, int nt) {
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
   for (long i = 0; i < R; ++i) {
     const long o = i * D;
-    const T* src = x + o;
-    if (res != nullptr) {  // fused residual add: sum = x + res, rounded to T, is normalized
-      emit(sum + o, D, [&](long j) { return ld(x + o, j) + ld(res + o, j); });
-      src = sum + o;
-    }
+    const T* src = add_residual(x, res, sum, o, D);
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
     for (long j = 0; j < D; ++j) {
@@ -175,17 +189,13 @@ void rms_fwd(const T* x, const T* res, const float* w, T* sum, T* y, float* rstd
       }
     }
     rstd[i] = r;
-    if (w != nullptr) {
-      emit(y + o, D, [&](long j) { return (ld(src, j) * r) * w[j]; });
-    } else {
-      emit(y + o, D, [&](long j) { return ld(src, j) * r; });
-    }
+    emit(y + o, D, [&](long j) { return (ld(src, j) * r) * (w[j] + off); });
   }
 }
 
 template <typename T>
-void rms_bwd(const T* dy, const T* x, const float* w, const float* rstd, const T* dsum, T* dx,
-             float* dwpart, long R, long D, int nt) {
+void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rstd,
+             const T* dsum, T* dx, float* dwpart, long R, long D, int nt) {
   const float invd = 1.0f / static_cast<float>(D);
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
   for (long b = 0; b < NB; ++b) {
@@ -196,13 +206,13 @@ void rms_bwd(const T* dy, const T* x, const float* w, const float* rstd, const T
       const float r = rstd[i];
       float c = 0.0f;
 #pragma omp simd reduction(+ : c)
-      for (long j = 0; j < D; ++j) c += ld(dy + o, j) * w[j] * (ld(x + o, j) * r);
+      for (long j = 0; j < D; ++j) c += ld(dy + o, j) * (w[j] + off) * (ld(x + o, j) * r);
       c = c * invd;
       auto grad = [&](long j) {
         float xh = ld(x + o, j) * r;
         float g = ld(dy + o, j);
         acc[j] += g * xh;
-        return r * (g * w[j] - xh * c);
+        return r * (g * (w[j] + off) - xh * c);
       };
       if (dsum != nullptr) {  // the sum's own gradient joins dx before rounding
         emit(dx + o, D, [&](long j) { return grad(j) + ld(dsum + o, j); });
@@ -221,88 +231,87 @@ inline float row_mean(const T* x, long D) {
   return s / static_cast<float>(D);
 }
 
+// LayerNorm saves the row mean and rstd (float32) for the backward pass, so it reads x and dy
+// once each and never recomputes a statistic.
 template <typename T>
-void ln_fwd(const T* x, const float* w, const float* bias, T* y, float* rstd, long R, long D,
-            float eps, int nt) {
+void ln_fwd(const T* x, const T* res, const float* w, const float* bias, float off, T* sum,
+            T* y, float* mean, float* rstd, long R, long D, float eps, int nt) {
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
   for (long i = 0; i < R; ++i) {
     const long o = i * D;
-    float mu = row_mean(x + o, D);
+    const T* src = add_residual(x, res, sum, o, D);
+    float mu = row_mean(src, D);
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
     for (long j = 0; j < D; ++j) {
-      float d = ld(x + o, j) - mu;
+      float d = ld(src, j) - mu;
       ss += d * d;
     }
     float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
-    float sc = 1.0f, rs = r;  // y = (x sc - mu) rs: mu is the scaled row's mean
+    float sc = 1.0f, rs = r, m = mu;  // y = (x sc - mu) rs: mu is the scaled row's mean
     if (out_of_range(ss) || !(std::fabs(mu) <= FLT_MAX)) {
-      sc = row_scale(x + o, D);
+      sc = row_scale(src, D);
       if (sc != 1.0f) {
         float m2 = 0.0f;
 #pragma omp simd reduction(+ : m2)
-        for (long j = 0; j < D; ++j) m2 += ld(x + o, j) * sc;
+        for (long j = 0; j < D; ++j) m2 += ld(src, j) * sc;
         mu = m2 / static_cast<float>(D);
         float s2 = 0.0f;
 #pragma omp simd reduction(+ : s2)
         for (long j = 0; j < D; ++j) {
-          float d = ld(x + o, j) * sc - mu;
+          float d = ld(src, j) * sc - mu;
           s2 += d * d;
         }
         const double rd = scaled_rstd(s2, sc, D, eps);
         r = static_cast<float>(rd);
         rs = static_cast<float>(rd / sc);
+        m = static_cast<float>(static_cast<double>(mu) / sc);
       }
     }
+    mean[i] = m;
     rstd[i] = r;
-    emit(y + o, D, [&](long j) { return (ld(x + o, j) * sc - mu) * rs * w[j] + bias[j]; });
+    emit(y + o, D,
+         [&](long j) { return (ld(src, j) * sc - mu) * rs * (w[j] + off) + bias[j]; });
   }
 }
 
+// One pass over each row for c1, c2 (from the saved mean and rstd) and one for dx, dw and db
+// together; dw and db go to per-block partials (always given) summed afterwards.
 template <typename T>
-void ln_bwd(const T* dy, const T* x, const float* w, const float* rstd, T* dx, float* dwpart,
-            float* dbpart, long R, long D, int nt) {
+void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mean,
+            const float* rstd, const T* dsum, T* dx, float* dwpart, float* dbpart, long R,
+            long D, int nt) {
   const float invd = 1.0f / static_cast<float>(D);
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
   for (long b = 0; b < NB; ++b) {
-    float* aw = dwpart != nullptr ? dwpart + b * D : nullptr;
-    float* ab = dbpart != nullptr ? dbpart + b * D : nullptr;
-    if (aw != nullptr) std::memset(aw, 0, sizeof(float) * D);
-    if (ab != nullptr) std::memset(ab, 0, sizeof(float) * D);
+    float* aw = dwpart + b * D;
+    float* ab = dbpart + b * D;
+    std::memset(aw, 0, sizeof(float) * D);
+    std::memset(ab, 0, sizeof(float) * D);
     for (long i = block_lo(b, R); i < block_lo(b + 1, R); ++i) {
       const long o = i * D;
       const float r = rstd[i];
-      const float mu = row_mean(x + o, D);  // recomputed: only rstd is saved
+      const float mu = mean[i];
       float c1 = 0.0f, c2 = 0.0f;
 #pragma omp simd reduction(+ : c1, c2)
       for (long j = 0; j < D; ++j) {
-        float g = ld(dy + o, j) * w[j];
+        float g = ld(dy + o, j) * (w[j] + off);
         c1 += g;
         c2 += g * ((ld(x + o, j) - mu) * r);
       }
       c1 *= invd;
       c2 *= invd;
-      if (aw != nullptr && ab != nullptr) {  // the usual case: one pass for dx, dw and db
-        emit(dx + o, D, [&](long j) {
-          float g = ld(dy + o, j);
-          float xh = (ld(x + o, j) - mu) * r;
-          aw[j] += g * xh;
-          ab[j] += g;
-          return r * (g * w[j] - c1 - xh * c2);
-        });
-        continue;
-      }
-      emit(dx + o, D, [&](long j) {
+      auto grad = [&](long j) {
+        float g = ld(dy + o, j);
         float xh = (ld(x + o, j) - mu) * r;
-        return r * (ld(dy + o, j) * w[j] - c1 - xh * c2);
-      });
-      if (aw != nullptr) {
-#pragma omp simd
-        for (long j = 0; j < D; ++j) aw[j] += ld(dy + o, j) * ((ld(x + o, j) - mu) * r);
-      }
-      if (ab != nullptr) {
-#pragma omp simd
-        for (long j = 0; j < D; ++j) ab[j] += ld(dy + o, j);
+        aw[j] += g * xh;
+        ab[j] += g;
+        return r * (g * (w[j] + off) - c1 - xh * c2);
+      };
+      if (dsum != nullptr) {  // the sum's own gradient joins dx before rounding
+        emit(dx + o, D, [&](long j) { return grad(j) + ld(dsum + o, j); });
+      } else {
+        emit(dx + o, D, grad);
       }
     }
   }
@@ -387,12 +396,16 @@ void softmax1_bwd(const T* dy, const T* y, T* dx, long R, long D, int nt) {
   }
 }
 
-// In dispatch, void* is read as float* (bf = 0) or uint16_t* (bf = 1, bfloat16 bits).
+// In dispatch, void* is read as float* (dt = 0), uint16_t* (dt = 1, bfloat16 bits) or
+// _Float16* (dt = 2).
 #define NL_T(p) static_cast<const T*>(p)
-#define NL_DISPATCH(bf, call)        \
+#define NL_DISPATCH(dt, call)        \
   do {                               \
-    if (bf) {                        \
+    if (dt == 1) {                   \
       using T = uint16_t;            \
+      call;                          \
+    } else if (dt == 2) {            \
+      using T = _Float16;            \
       call;                          \
     } else {                         \
       using T = float;               \
@@ -404,44 +417,46 @@ void softmax1_bwd(const T* dy, const T* y, T* dx, long R, long D, int nt) {
 
 extern "C" {
 
-int nl_version() { return 3; }
+int nl_version() { return 4; }
 
-void nl_rms_fwd(int bf, const void* x, const void* res, const float* w, void* sum, void* y,
-                float* rstd, long R, long D, float eps, int nt) {
-  NL_DISPATCH(bf, rms_fwd<T>(NL_T(x), NL_T(res), w, static_cast<T*>(sum), static_cast<T*>(y),
-                             rstd, R, D, eps, nt));
+void nl_rms_fwd(int dt, const void* x, const void* res, const float* w, float off, void* sum,
+                void* y, float* rstd, long R, long D, float eps, int nt) {
+  NL_DISPATCH(dt, rms_fwd<T>(NL_T(x), NL_T(res), w, off, static_cast<T*>(sum),
+                             static_cast<T*>(y), rstd, R, D, eps, nt));
 }
 
-void nl_rms_bwd(int bf, const void* dy, const void* x, const float* w, const float* rstd,
-                const void* dsum, void* dx, float* dwpart, float* dw, long R, long D, int nt) {
-  NL_DISPATCH(bf, rms_bwd<T>(NL_T(dy), NL_T(x), w, rstd, NL_T(dsum), static_cast<T*>(dx),
+void nl_rms_bwd(int dt, const void* dy, const void* x, const float* w, float off,
+                const float* rstd, const void* dsum, void* dx, float* dwpart, float* dw, long R,
+                long D, int nt) {
+  NL_DISPATCH(dt, rms_bwd<T>(NL_T(dy), NL_T(x), w, off, rstd, NL_T(dsum), static_cast<T*>(dx),
                              dwpart, R, D, nt));
   if (dw != nullptr) reduce_blocks(dwpart, dw, D, nt);
 }
 
-void nl_ln_fwd(int bf, const void* x, const float* w, const float* b, void* y, float* rstd,
-               long R, long D, float eps, int nt) {
-  NL_DISPATCH(bf, ln_fwd<T>(NL_T(x), w, b, static_cast<T*>(y), rstd, R, D, eps, nt));
+void nl_ln_fwd(int dt, const void* x, const void* res, const float* w, const float* b, float off,
+               void* sum, void* y, float* mean, float* rstd, long R, long D, float eps, int nt) {
+  NL_DISPATCH(dt, ln_fwd<T>(NL_T(x), NL_T(res), w, b, off, static_cast<T*>(sum),
+                            static_cast<T*>(y), mean, rstd, R, D, eps, nt));
 }
 
-void nl_ln_bwd(int bf, const void* dy, const void* x, const float* w, const float* rstd,
-               void* dx, float* dwpart, float* dbpart, float* dw, float* db, long R, long D,
-               int nt) {
-  NL_DISPATCH(bf, ln_bwd<T>(NL_T(dy), NL_T(x), w, rstd, static_cast<T*>(dx), dwpart, dbpart,
-                            R, D, nt));
+void nl_ln_bwd(int dt, const void* dy, const void* x, const float* w, float off,
+               const float* mean, const float* rstd, const void* dsum, void* dx, float* dwpart,
+               float* dbpart, float* dw, float* db, long R, long D, int nt) {
+  NL_DISPATCH(dt, ln_bwd<T>(NL_T(dy), NL_T(x), w, off, mean, rstd, NL_T(dsum),
+                            static_cast<T*>(dx), dwpart, dbpart, R, D, nt));
   if (dw != nullptr) reduce_blocks(dwpart, dw, D, nt);
   if (db != nullptr) reduce_blocks(dbpart, db, D, nt);
 }
 
-void nl_dyt_fwd(int bf, const void* x, float alpha, const float* w, const float* b, void* y,
+void nl_dyt_fwd(int dt, const void* x, float alpha, const float* w, const float* b, void* y,
                 long R, long D, int nt) {
-  NL_DISPATCH(bf, dyt_fwd<T>(NL_T(x), alpha, w, b, static_cast<T*>(y), R, D, nt));
+  NL_DISPATCH(dt, dyt_fwd<T>(NL_T(x), alpha, w, b, static_cast<T*>(y), R, D, nt));
 }
 
-void nl_dyt_bwd(int bf, const void* dy, const void* x, float alpha, const float* w, void* dx,
+void nl_dyt_bwd(int dt, const void* dy, const void* x, float alpha, const float* w, void* dx,
                 float* dwpart, float* dbpart, float* dapart, float* dw, float* db, float* da,
                 long R, long D, int nt) {
-  NL_DISPATCH(bf, dyt_bwd<T>(NL_T(dy), NL_T(x), alpha, w, static_cast<T*>(dx), dwpart, dbpart,
+  NL_DISPATCH(dt, dyt_bwd<T>(NL_T(dy), NL_T(x), alpha, w, static_cast<T*>(dx), dwpart, dbpart,
                              dapart, R, D, nt));
   if (dw != nullptr) reduce_blocks(dwpart, dw, D, nt);
   if (db != nullptr) reduce_blocks(dbpart, db, D, nt);
@@ -450,12 +465,12 @@ void nl_dyt_bwd(int bf, const void* dy, const void* x, float alpha, const float*
   *da = s;
 }
 
-void nl_softmax1_fwd(int bf, const void* x, void* y, float* work, long R, long D, int nt) {
-  NL_DISPATCH(bf, softmax1_fwd<T>(NL_T(x), static_cast<T*>(y), work, R, D, nt));
+void nl_softmax1_fwd(int dt, const void* x, void* y, float* work, long R, long D, int nt) {
+  NL_DISPATCH(dt, softmax1_fwd<T>(NL_T(x), static_cast<T*>(y), work, R, D, nt));
 }
 
-void nl_softmax1_bwd(int bf, const void* dy, const void* y, void* dx, long R, long D, int nt) {
-  NL_DISPATCH(bf, softmax1_bwd<T>(NL_T(dy), NL_T(y), static_cast<T*>(dx), R, D, nt));
+void nl_softmax1_bwd(int dt, const void* dy, const void* y, void* dx, long R, long D, int nt) {
+  NL_DISPATCH(dt, softmax1_bwd<T>(NL_T(dy), NL_T(y), static_cast<T*>(dx), R, D, nt));
 }
 
 long nl_blocks() { return NB; }
