@@ -115,3 +115,26 @@ def test_every_effect_can_come_out_both_ways(claim, smoke_measurement):
             f"{claim.id}/{effect.name} ({effect.direction}, margin {effect.margin.value}) "
             f"only reached [{min(values):.3g}, {max(values):.3g}]"
         )
+
+
+def test_free_settings_neighbours_and_declared_settings():
+    width = FreeSetting.scaled("width", "normlab's choice: small")
+    assert width.neighbours({"width": 16}) == (8, 32)
+    assert width.neighbours({"width": 1}) == (0, 2)  # integers never repeat the value
+    assert FreeSetting.scaled("lr", "x", 0.3, 3).neighbours({"lr": 1e-2}) == pytest.approx(
+        (3e-3, 3e-2)
+    )
+    form = FreeSetting("form", "per-step", "per-episode", "the paper's code")
+    assert form.neighbours({"form": "per-episode"}) == ("per-step", "per-episode")
+    with pytest.raises(ValueError, match="0 < low < 1 < high"):
+        FreeSetting.scaled("width", "x", 2, 4)
+    with pytest.raises(ValueError, match="not a number"):
+        width.neighbours({"width": "wide"})
+    configs = {s: {"seeds": 5, "width": 16, "form": "a", "data": {"nested": 1}} for s in SCALES}
+    claim = toy_claim(configs=configs, free_settings=(width,), sourced={"form": "paper: §3"})
+    assert claim.undeclared("quick") == []  # seeds is the protocol's; dicts are not settings
+    assert toy_claim(configs=configs).undeclared("quick") == ["form", "width"]
+    with pytest.raises(ValueError, match="both sourced and free"):
+        toy_claim(configs=configs, free_settings=(width,), sourced={"width": "paper"})
+    with pytest.raises(ValueError, match="not a free setting"):
+        toy_claim(configs=configs, decisive="form", sourced={"form": "paper"})

@@ -77,3 +77,34 @@ def test_primary_null_calibration(claim, smoke_measurement):
 @pytest.mark.parametrize("claim", CLAIMS, ids=IDS)
 def test_quick_scale_runs_at_least_five_seeds(claim):
     assert int(claim.config("quick")["seeds"]) >= 5, claim.id
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=IDS)
+def test_every_quick_setting_is_sourced_or_free(claim):
+    """A number, flag or choice in the quick config is the paper's (``sourced``) or a
+    declared :class:`FreeSetting` (which robustness can vary): nothing decides a verdict
+    unseen."""
+    assert claim.undeclared("quick") == [], (
+        f"{claim.id}: declare {claim.undeclared('quick')} in sourced= (the paper's value and "
+        "where) or free_settings= (normlab's choice, with neighbours)"
+    )
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=IDS)
+def test_every_claim_names_its_decisive_free_setting(claim):
+    assert claim.decisive, f"{claim.id}: name the free setting robustness varies (decisive=)"
+    for setting in claim.free_settings:  # every neighbour is computable at every scale
+        for scale in ("smoke", "quick", "full"):
+            low, high = setting.neighbours(claim.config(scale))
+            assert low != claim.config(scale)[setting.key] != high, (claim.id, setting.key)
+
+
+@pytest.mark.parametrize("claim", [c for c in CLAIMS if not c.untuned], ids=lambda c: c.id)
+def test_every_tuned_arm_declares_a_trivial_reference(claim, smoke_measurement):
+    tuning = smoke_measurement(claim.id).get("tuning") or {}
+    assert tuning, f"{claim.id}: tuned, but its measurement records no tuning"
+    missing = [arm for arm, record in tuning.items() if record.get("reference") is None]
+    assert not missing, (
+        f"{claim.id}: tuned arms {missing} declare no trivial reference (tune_arms(..., "
+        "reference=...): chance accuracy, the uniform predictor, the untrained model)"
+    )

@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 __all__ = [
     "DIRECTIONS",
+    "PROTOCOL_KEYS",
     "SCALES",
     "VERDICTS",
     "Check",
@@ -52,6 +53,7 @@ __all__ = [
     "claimed_relation",
     "difference",
     "get_claim",
+    "is_setting",
     "measured_at",
     "register_claim",
 ]
@@ -374,19 +376,68 @@ class FreeSetting:
     """A setting normlab chose (not the paper), with one neighbour on each side.
 
     ``normlab report --robustness`` reruns the primary effect with ``config[key]`` set to
-    each neighbour (same seeds) and marks the verdict robust or fragile.
+    each neighbour (same seeds) and marks the verdict robust or fragile. A discrete design
+    choice (a filter form, a start point) is a free setting too, its neighbours the
+    alternatives.
 
     Attributes:
         key: the config key.
-        low: the neighbour below the chosen value.
-        high: the neighbour above it.
+        low: the neighbour below the chosen value (a factor on it when ``relative``).
+        high: the neighbour above it (a factor on it when ``relative``).
         reason: why normlab chose the value it did.
+        relative: ``low`` and ``high`` are factors on the value at each scale (so one
+            declaration serves smoke, quick and full); integers round to the nearest
+            integer other than the value itself.
     """
 
     key: str
     low: Any
     high: Any
     reason: str
+    relative: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.reason.strip():
+            raise ValueError(f"Free setting {self.key!r} needs a reason.")
+        if self.relative and not (0 < float(self.low) < 1 < float(self.high)):
+            raise ValueError(
+                f"Free setting {self.key!r}: relative neighbours are factors with "
+                f"0 < low < 1 < high; got {self.low!r} and {self.high!r}."
+            )
+
+    @classmethod
+    def scaled(cls, key: str, reason: str, low: float = 0.5, high: float = 2.0) -> FreeSetting:
+        """A numeric free setting whose neighbours are its value times ``low`` and ``high``
+        at every scale (halved and doubled by default)."""
+        return cls(key, low, high, reason, relative=True)
+
+    def neighbours(self, config: Mapping[str, Any]) -> tuple[Any, Any]:
+        """The two neighbour values at the scale whose ``config`` is given."""
+        if not self.relative:
+            return self.low, self.high
+        value = config[self.key]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(
+                f"Free setting {self.key!r} is relative but its value {value!r} is not a "
+                "number; give absolute neighbours."
+            )
+        if isinstance(value, float):
+            return value * self.low, value * self.high
+        return min(round(value * self.low), value - 1), max(round(value * self.high), value + 1)
+
+
+#: Config keys that belong to the protocol, not to the experiment: never declared.
+PROTOCOL_KEYS: frozenset[str] = frozenset({"seeds", "search"})
+
+
+def is_setting(value: Any) -> bool:
+    """Whether a config value is a setting that must be declared: a number, a flag, a
+    string choice, or a list of them (a grid of test noise levels, sizes, budgets)."""
+    if isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, list | tuple):
+        return all(isinstance(v, bool | int | float | str) for v in value)
+    return False
 
 
 @dataclass(frozen=True)
@@ -408,6 +459,11 @@ class Claim:
         secondary: further effects, reported with their own verdicts.
         checks: implementation checks, run once per scale.
         free_settings: the settings normlab chose, for the robustness rerun.
+        sourced: config key -> where the paper gives that value (``"paper: Table 3"``);
+            every setting of a config is either sourced or a free setting
+            (:meth:`undeclared` lists the others; a test requires none at quick).
+        decisive: the free setting whose neighbours the default report reruns (the one
+            most likely to change the verdict); "" when the claim has no free setting.
         untuned: one line saying why nothing is tuned ("" when the configs hold a search).
         setup: the experiment in a sentence or two.
         scale_note: what quick scale leaves out (variants run only at full scale), or "".
@@ -430,6 +486,8 @@ class Claim:
     secondary: tuple[Effect, ...] = ()
     checks: tuple[Check, ...] = ()
     free_settings: tuple[FreeSetting, ...] = ()
+    sourced: Mapping[str, str] = field(default_factory=dict)
+    decisive: str = ""
     untuned: str = ""
     setup: str = ""
     scale_note: str = ""
@@ -474,6 +532,14 @@ class Claim:
         absent = [k for k in keys if any(k not in c for c in self.configs.values())]
         if absent:
             raise ValueError(f"Claim {self.id!r}: free settings {absent} are not config keys.")
+        if self.decisive and self.decisive not in keys:
+            raise ValueError(
+                f"Claim {self.id!r}: decisive {self.decisive!r} is not a free setting; "
+                f"free settings are {keys}."
+            )
+        both = sorted(set(keys) & set(self.sourced))
+        if both:
+            raise ValueError(f"Claim {self.id!r}: {both} are both sourced and free.")
         if self.figure is not None and not self.caption:
             raise ValueError(f"Claim {self.id!r}: a figure needs a caption.")
 
@@ -487,6 +553,13 @@ class Claim:
         if scale not in self.configs:
             raise ValueError(f"Unknown scale {scale!r}; expected one of {SCALES}.")
         return dict(self.configs[scale])
+
+    def undeclared(self, scale: str) -> list[str]:
+        """The settings of the ``scale`` config that are neither sourced to the paper nor
+        declared free (see :func:`is_setting`)."""
+        declared = set(self.sourced) | {f.key for f in self.free_settings} | PROTOCOL_KEYS
+        config = self.config(scale)
+        return sorted(k for k, v in config.items() if k not in declared and is_setting(v))
 
     def seeds(self, scale: str) -> list[int]:
         """The seeds run at ``scale``: 0, 1, ..., n - 1."""
