@@ -10,6 +10,7 @@ from html.parser import HTMLParser
 import pytest
 
 from normlab.claims import core as claims_core
+from normlab.claims._format import fmt_estimate
 from normlab.claims.report import fmt_interval, fmt_se, fmt_value, write_report
 from normlab.claims.runner import ClaimRunner
 from normlab.claims.schema import SCHEMA_VERSION, decode, encode, schema, validate
@@ -36,6 +37,9 @@ def test_number_formats():
     assert fmt_value(0.123456) == "0.123" and fmt_se(0.0123456) == "0.012"
     assert fmt_interval(1.0, 1.0) == "[1, 1]" and fmt_interval(0.0123, 0.98765) == "[0.012, 0.99]"
     assert fmt_interval(-math.inf, math.inf) == "no interval"
+    # rounded bounds never exclude their own mean (15.06 and 15.28 are not "[15, 15]")
+    assert fmt_interval(15.06, 15.28, mean=15.17) == "[15.1, 15.3]"
+    assert fmt_estimate(15.17, 15.06, 15.28, "decades") == "+15.2 decades [15.1, 15.3]"
 
 
 class _Page(HTMLParser):
@@ -139,6 +143,8 @@ def test_index_links_one_page_per_claim_with_figure_caption_and_why(report):
     for page_text in [text, ok, broken]:
         assert not any(ord(ch) > 0x2FFF for ch in page_text)  # no emoji, CSS marks instead
     assert "Smoke proves the pipeline" not in text  # no banner at quick scale
+    assert "not run" in text and "normlab report --only planted-ok --robustness" in text
+    assert "Nothing is tuned: a planted claim trains nothing" in html.unescape(ok)
 
 
 def test_a_broken_figure_shows_an_error_box_and_is_logged(tmp_path, planted, monkeypatch, caplog):
@@ -307,5 +313,14 @@ def test_report_robustness_flag_records_the_neighbours(tmp_path, planted, monkey
     (record,) = json.loads((tmp_path / "results.json").read_text())["claims"]
     flips = {r["value"]: r["flips"] for r in record["robustness"]}
     assert flips == {-2.0: True, 0.5: False}
-    page = (tmp_path / "claims" / "planted-ok.html").read_text()
+    kinds = [t["kind"] for t in record["tasks"]]
+    assert kinds.count("seed") == 3 and kinds.count("neighbour") == 6  # reruns stored apart
+    page = html.unescape((tmp_path / "claims" / "planted-ok.html").read_text())
     assert "Robustness" in page and "flips the verdict" in page
+    assert "fragile at offset=-2" in page
+    # the main seeds score 1.0, 1.1, 1.2 (mean 1.1); offset -2 would pull a pooled mean below 0
+    measurements = page[page.index("<h3>Measurements</h3>") : page.index("Robustness reruns")]
+    assert "1.1 ± 0.1" in measurements and "-0.9" not in measurements
+    assert "offset=-2 (3 seeds)" in page[page.index("Robustness reruns") :]
+    index = html.unescape((tmp_path / "index.html").read_text())
+    assert "fragile at offset=-2" in index

@@ -303,7 +303,7 @@ def test_robustness_reruns_the_seeds_at_each_neighbour(tmp_path, planted):
     ]
     verdicts = {r["value"]: r["verdict"] for r in result.verdict.robustness}
     assert verdicts == {-2.0: "contradicted", 0.5: "supported"}
-    assert result.robustness == "fragile: flips at offset=-2.0"
+    assert result.robustness == "fragile at offset=-2"
     assert len(result.neighbours) == 6 and all(t.override for t in result.neighbours)
     assert all(t.cached for t in result.tasks)  # the main run was reused
 

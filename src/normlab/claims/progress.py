@@ -78,6 +78,15 @@ def _task_ids(claim: Claim, scale: str, robustness: bool = False) -> list[TaskId
     return ids
 
 
+def _recorded_id(claim_id: str, task: Mapping[str, Any]) -> TaskId:
+    """A recorded task's id, as :func:`task_id` gives it (a rerun keeps its own time)."""
+    override = task.get("override")
+    if not override:
+        return claim_id, task.get("seed")
+    ((key, value),) = override.items()
+    return claim_id, _neighbour(key, value, task.get("seed"))
+
+
 def expected_seconds(out: Path | str, scale: str) -> dict[TaskId, float]:
     """Each task's time in ``out/results.json`` at ``scale``, by (claim id, seed or None)."""
     path = Path(out) / "results.json"
@@ -90,7 +99,7 @@ def expected_seconds(out: Path | str, scale: str) -> dict[TaskId, float]:
             for t in c.get("tasks", []):
                 seconds = t.get("seconds")
                 if isinstance(seconds, int | float) and t.get("status") == "ok":
-                    found[(c["id"], t.get("seed"))] = float(seconds)
+                    found[_recorded_id(c["id"], t)] = float(seconds)
         return found
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return {}
@@ -277,7 +286,7 @@ class ClaimProgress:
 
 
 def summary_table(results: Sequence[ClaimResult]) -> Table:
-    """A table of claim, verdict, primary effect with its 95% interval, and task time."""
+    """A table of claim, verdict, primary effect with its 95% interval, and CPU time."""
     from normlab.claims._format import key_number
     from normlab.claims.report import claim_record
     from normlab.claims.schema import decode
@@ -288,7 +297,7 @@ def summary_table(results: Sequence[ClaimResult]) -> Table:
         Column("claim", no_wrap=True),
         Column("verdict", no_wrap=True),
         Column("primary effect [95% interval]", ratio=1),
-        Column("task time", no_wrap=True, justify="right"),
+        Column("CPU time", no_wrap=True, justify="right"),
         title="normlab report",
     )
     for r in results:
@@ -298,6 +307,6 @@ def summary_table(results: Sequence[ClaimResult]) -> Table:
             r.claim.id,
             f"[{style}]{r.label}[/{style}]",
             key_number(record),
-            f"{r.seconds:.1f} s",
+            "n/a" if r.cpu_seconds is None else f"{r.cpu_seconds:.1f} s",
         )
     return table

@@ -22,26 +22,34 @@ import subprocess
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from normlab._io import atomic_write_bytes, atomic_write_json, file_lock
 from normlab.claims._format import (
     claimed,
     failed_premises,
+    fmt_estimate,
     fmt_interval,
     fmt_se,
     fmt_value,
     key_number,
+    nonfinite_note,
     premise_phrase,
     primary_effect,
     with_unit,
 )
+from normlab.claims.calibration import null_passes
 from normlab.claims.report_html import FigureRef, claim_figure, render_claim, render_index
 from normlab.claims.results import ClaimResult
 from normlab.claims.runner import ClaimRunner
+from normlab.claims.tasks import TaskResult
+
+if TYPE_CHECKING:
+    from normlab.claims.core import Claim
 from normlab.claims.schema import SCHEMA_VERSION, decode, encode
 
 __all__ = [
+    "caption_at",
     "claim_record",
     "claimed",
     "fmt_interval",
@@ -71,16 +79,27 @@ def _on_claimed_side(values: Sequence[float], direction: str, margin: float) -> 
 def _effect_phrase(e: Mapping[str, Any]) -> str:
     values = [v for v in e["values"] if math.isfinite(v)]
     n = len(e["values"])
-    value = with_unit(fmt_value(e["mean"], signed=True), e.get("unit"))
     if n < 2:
+        value = with_unit(fmt_value(e["mean"], signed=True), e.get("unit"))
         return f"{e['description']} was {value} in {n} seed (no interval from one seed)"
     relation = claimed(e["direction"], e["margin"], e.get("unit", ""))
     side = f"{e['on_claimed_side']} of {n} seeds on the claimed side, {relation}"
-    span = fmt_interval(e["low"], e["high"])
-    text = f"{e['description']} was {value} {span} over {n} seeds ({side})"
+    estimate = fmt_estimate(e["mean"], e["low"], e["high"], e.get("unit"))
+    text = f"{e['description']} was {estimate} over {n} seeds ({side})"
     if e["degenerate"]:
         text += f"; degenerate: every seed gave {fmt_value(values[0])}"
     return text
+
+
+def _nonfinite_phrase(e: Mapping[str, Any]) -> str:
+    """Why there is no interval when some seeds' values are not finite, e.g. "the value was
+    NaN in 2 of 5 seeds: no interval (... ; the other 3 seeds average +1.1 pts)"."""
+    finite = sum(math.isfinite(v) for v in e["values"])
+    rest = ""
+    if finite:
+        value = with_unit(fmt_value(e["mean"], signed=True), e.get("unit"))
+        rest = f"; the other {finite} seed{'s' if finite != 1 else ''} average {value}"
+    return f"the value was {nonfinite_note(e['values'])}: no interval ({e['description']}{rest})"
 
 
 _BECAUSE = {
@@ -94,7 +113,8 @@ def why_line(record: Mapping[str, Any]) -> str:
     """One plain sentence saying why a claim's verdict is what it is.
 
     ``record`` is a decoded claim record (`claim_record` then `normlab.claims.schema.decode`).
-    For an untestable claim it names the failed premise with its measured interval.
+    For an untestable claim it names the failed premise with its measured interval; when
+    some seeds' primary values are not finite it says so instead of citing an interval.
     """
     verdict, reason = record["verdict"], record["reason"]
     primary = primary_effect(record)
@@ -116,6 +136,8 @@ def why_line(record: Mapping[str, Any]) -> str:
             f"Untestable at this scale: {'; '.join(missing) or reason}, so "
             f"{primary['name']} says nothing here."
         )
+    if nonfinite_note(primary["values"]):
+        return f"{verdict.capitalize()}: {_nonfinite_phrase(primary)}."
     because = _BECAUSE.get(verdict, reason)
     if len(primary["values"]) < 2:
         because = "one seed gives no interval (smoke proves the pipeline, not the claim)"
@@ -152,24 +174,37 @@ def _effect_record(e: Any) -> dict[str, Any]:
 _OPTIONAL = ("premises", "divergences", "tuning", "null", "robustness", "not_measured")
 
 
+def _task_record(t: TaskResult) -> dict[str, Any]:
+    """One task of a claim record: a main seed, the checks, or a robustness rerun at a
+    neighbour setting (``kind`` "neighbour", never pooled with the main seeds)."""
+    kind = "checks" if t.is_checks else ("neighbour" if t.override else "seed")
+    return {
+        "kind": kind,
+        "seed": t.seed,
+        "key": t.key,
+        "status": t.status,
+        "seconds": t.seconds,
+        "cpu_seconds": t.cpu_seconds,
+        "recompute": t.recompute,
+        "cached": t.cached,
+        "measurement": t.measurement,
+        "error": t.error,
+        "threads": t.threads,
+        "override": t.override,
+    }
+
+
+def caption_at(claim: Claim, scale: str) -> str:
+    """A claim's caption at ``scale``: its text, or the scale's entry when the caption is
+    a mapping from scale to text (a figure that draws other panels at other scales)."""
+    if isinstance(claim.caption, str):
+        return claim.caption
+    return claim.caption.get(scale, "")
+
+
 def claim_record(result: ClaimResult) -> dict[str, Any]:
     """One claim's entry of ``results.json`` (numbers encoded by `schema.encode`)."""
     c, v = result.claim, result.verdict
-    tasks = [
-        {
-            "kind": "checks" if t.is_checks else "seed",
-            "seed": t.seed,
-            "key": t.key,
-            "status": t.status,
-            "seconds": t.seconds,
-            "cached": t.cached,
-            "measurement": t.measurement,
-            "error": t.error,
-            "threads": t.threads,
-            "override": t.override,
-        }
-        for t in result.all_tasks
-    ]
     record: dict[str, Any] = {
         "id": c.id,
         "paper": c.paper,
@@ -177,14 +212,17 @@ def claim_record(result: ClaimResult) -> dict[str, Any]:
         "headline": c.headline,
         "setup": c.setup,
         "scale_note": c.scale_note,
-        "caption": c.caption,
+        "caption": caption_at(c, result.scale),
         "scale": result.scale,
         "seeds": len(c.seeds(result.scale)),
         "verdict": v.verdict,
         "reason": v.reason,
         "why": "",
         "seconds": result.seconds,
+        "cpu_seconds": result.cpu_seconds,
         "primary": c.primary.name,
+        "untuned": c.untuned,
+        "free_settings": [s.key for s in c.free_settings],
         "effects": [_effect_record(e) for e in v.effects],
         "checks": [_plain(ch) for ch in v.checks],
     }
@@ -194,7 +232,9 @@ def claim_record(result: ClaimResult) -> dict[str, Any]:
         value = getattr(v, name, None)
         if value is not None and (name == "null" or len(value)):
             record[name] = _plain(value)
-    record["tasks"] = tasks
+    if record.get("null"):
+        record["null"]["passes"] = null_passes(v.null)
+    record["tasks"] = [_task_record(t) for t in result.all_tasks]
     record["why"] = why_line(record)
     return encode(record)
 

@@ -1,14 +1,17 @@
 """The report's HTML pages, rendered from the records of ``results.json``.
 
 ``index.html`` is short: the header (versions, commit, date, scale, machine), a smoke
-banner, and one summary row per claim (claim, paper, verdict, primary effect with its unit
-and interval, the claimed relation with its margin and the margin's source as a footnote,
-the why-line, seeds, task time, null-calibration rates), each linking to the claim's own
-page ``claims/<id>.html``. A claim page holds the why-line first, then hypothesis and
-setup, the figure with its caption (or an error box when it failed to render), the table
-of means, every effect as a card with the rule's inputs, the checks, premises, tuning
-choices, divergences, null calibration and robustness settings that the verdict carries.
-Tables have fixed column widths and wrap, so no page needs sideways scrolling at 1000 px.
+banner, and one summary row per claim (claim and paper, verdict, primary effect with its
+unit and interval, the claimed relation with its margin and the margin's source as a
+footnote, the why-line, seeds and CPU time, null calibration pass/fail with its rates,
+robustness, premises held, tuned choices on an edge), each linking to the claim's own page
+``claims/<id>.html``. A claim page holds the why-line first (with the caveats beside its
+badge), then hypothesis and setup, the figure with its caption (or an error box when it
+failed to render), every effect as a card with the rule's inputs, the checks, premises,
+tuning choices (or why nothing is tuned), divergences, null calibration, robustness (or
+the command that would run it), the table of means over the main seeds and, apart, the
+robustness reruns' measurements. Tables have fixed column widths and wrap, so no page needs
+sideways scrolling at 1000 px.
 """
 
 from __future__ import annotations
@@ -28,12 +31,20 @@ from normlab._html import (
 )
 from normlab.claims._format import (
     claimed,
-    fmt_interval,
+    edge_count,
+    fmt_estimate,
     fmt_se,
     fmt_value,
     key_number,
+    nonfinite_note,
+    null_passes,
     null_rates,
+    premise_state,
+    premise_words,
+    premises_held,
     primary_effect,
+    robustness_command,
+    robustness_status,
     seeds_text,
     with_unit,
 )
@@ -140,9 +151,10 @@ def _mean_cell(vals: Sequence[float]) -> str:
     return fmt_value(mean, digits=4)
 
 
-def _mean_tables(measurements: Sequence[Mapping[str, Any]]) -> str:
+def _mean_tables(measurements: Sequence[Mapping[str, Any]], *, heading: bool = True) -> str:
     """Mean ± sd over seeds of every (method, metric): methods or metrics as columns,
-    whichever are fewer, at most :data:`MAX_COLUMNS` data columns a table."""
+    whichever are fewer, at most :data:`MAX_COLUMNS` data columns a table; ``heading``
+    puts the section's title above them."""
     tables = [m.get("table") for m in measurements if isinstance(m.get("table"), dict)]
     if not tables:
         return ""
@@ -180,9 +192,11 @@ def _mean_tables(measurements: Sequence[Mapping[str, Any]]) -> str:
                 widths=["22%"] + [f"{78 / len(chunk):.2f}%"] * len(chunk),
             )
         )
+    if not heading:
+        return "".join(parts)
     return (
-        "<h3>Measurements</h3><p class='muted'>Mean ± standard deviation over seeds.</p>"
-        + "".join(parts)
+        "<h3>Measurements</h3><p class='muted'>Mean ± standard deviation over the main "
+        "seeds.</p>" + "".join(parts)
     )
 
 
@@ -204,10 +218,14 @@ def _effect_card(e: Mapping[str, Any]) -> str:
     if side is not None and n:
         per_seed += f" <span class='muted'>({side} of {n} on the claimed side)</span>"
     se = float(e.get("se", math.nan))
-    mean = (
-        f"{esc(with_unit(fmt_value(e['mean'], signed=True), unit))} "
-        f"{esc(fmt_interval(e.get('low'), e.get('high')))} "
-        + (f"<span class='muted'>(SE {esc(fmt_se(se))})</span>" if math.isfinite(se) else "")
+    note = nonfinite_note(e.get("values", []))
+    estimate = fmt_estimate(e["mean"], e.get("low"), e.get("high"), unit)
+    if note:
+        estimate = f"{with_unit(fmt_value(e['mean'], signed=True), unit)} (no interval: {note})"
+    mean = esc(estimate) + (
+        f" <span class='muted'>(SE {esc(fmt_se(se))})</span>"
+        if math.isfinite(se) and not note
+        else ""
     )
     would_be = e.get("would_be")
     items = [
@@ -241,12 +259,22 @@ def _checks(checks: Sequence[Mapping[str, Any]]) -> str:
     return f"<h3>Implementation checks (run once)</h3><ul class='checks'>{items}</ul>"
 
 
-def _held(held: bool) -> str:
-    return (
-        "<span class='mark ok'></span>held"
-        if held
-        else "<span class='mark bad'></span><b>failed</b>"
-    )
+def code_name(name: str) -> str:
+    """A code-like name (``softmax_suppresses_far_score``), escaped, that may wrap only
+    after its underscores (``<wbr>``), never mid-word."""
+    return esc(name).replace("_", "_<wbr>")
+
+
+_STATE_MARK = {"held": "ok", "failed": "bad"}
+
+
+def _premise_mark(premise: Mapping[str, Any]) -> str:
+    """held / failed / underpowered / one seed: no interval, with a coloured mark."""
+    state = premise_state(premise)
+    words = esc(premise_words(premise))
+    if state == "failed":
+        words = f"<b>{words}</b>"
+    return f"<span class='mark {_STATE_MARK.get(state, 'warn')}'></span>{words}"
 
 
 def _premises(record: Mapping[str, Any]) -> str:
@@ -261,30 +289,29 @@ def _premises(record: Mapping[str, Any]) -> str:
             except (KeyError, ValueError):
                 need = f"{p.get('direction', '')} {fmt_value(p.get('margin'))}"
             mean = p.get("value", p.get("mean"))
-            measured = f"{fmt_value(mean)} {fmt_interval(p.get('low'), p.get('high'))}"
             rows.append(
                 [
-                    f"<b>{esc(p['name'])}</b>",
+                    f"<b>{code_name(p['name'])}</b>",
                     esc(p.get("description", "")),
-                    esc(measured),
+                    esc(fmt_estimate(mean, p.get("low"), p.get("high"), signed=False)),
                     esc(need),
-                    _held(bool(p.get("held"))),
+                    _premise_mark(p),
                     esc(p.get("margin_source", "")),
                 ]
             )
         header = ["premise", "what", "measured (mean [95%])", "needs", "", "source"]
         out += "<h3>Premises</h3>" + table(
-            header, rows, wrap=True, widths=["14%", "26%", "16%", "12%", "9%", "23%"]
+            header, rows, wrap=True, widths=["15%", "24%", "16%", "12%", "12%", "21%"]
         )
     pres = record.get("preconditions") or []
     if pres:
         rows = [
             [
-                f"<b>{esc(p['name'])}</b>",
+                f"<b>{code_name(p['name'])}</b>",
                 esc(p["description"]),
                 fmt_value(p["value"]),
                 f"{esc(p['op'])} {fmt_value(p['threshold'])}",
-                _held(bool(p["held"])),
+                _premise_mark(p),
                 esc(", ".join(p.get("gates", []))),
                 esc(p.get("source", "")),
             ]
@@ -318,11 +345,13 @@ def _tuning(record: Mapping[str, Any]) -> str:
         for t in record.get("tuning") or []
     ]
     if not rows:
-        return ""
+        untuned = record.get("untuned")
+        return f"<h3>Tuning</h3><p>Nothing is tuned: {esc(untuned)}.</p>" if untuned else ""
+    edge, total = edge_count(record)
     return (
         "<h3>Tuning choices</h3><p class='muted'>Each arm's hyperparameters as chosen on the "
         "validation split with the same budget; a choice on the edge of its grid may be "
-        "short of the optimum.</p>"
+        f"short of the optimum.</p><p>{_edge_text(edge, total)}</p>"
         + table(
             ["seed", "arm", "chosen", "trials", "validation", "grid"],
             rows,
@@ -354,16 +383,50 @@ def _divergences(record: Mapping[str, Any]) -> str:
     )
 
 
+def _null_mark(null: Mapping[str, Any] | None) -> str:
+    """A pass / fail mark of the primary's null calibration, or "" when it does not say."""
+    passes = null_passes(null)
+    if passes is None:
+        return ""
+    return (
+        "<span class='mark ok'></span>pass"
+        if passes
+        else "<span class='mark bad'></span><b>fail</b>"
+    )
+
+
+def _superiority(record: Mapping[str, Any]) -> bool:
+    """Whether the primary claims a difference (else no worse than)."""
+    null = record.get("null") or {}
+    if "superiority" in null:
+        return bool(null["superiority"])
+    primary = primary_effect(record) or {}
+    return primary.get("direction", "greater") in ("greater", "less")
+
+
 def _null(record: Mapping[str, Any]) -> str:
     null = record.get("null")
     if not null:
         return ""
+    supported = f"{100 * float(null.get('supported_rate', math.nan)):.1f}%"
+    opposite = f"{100 * float(null.get('opposite_rate', math.nan)):.1f}%"
+    draws = null.get("draws", "the")
+    if _superiority(record):
+        rates = (
+            f"the rule said &ldquo;supported&rdquo; in {supported} and &ldquo;opposite "
+            f"direction&rdquo; in {opposite} of {draws} draws; each must stay at or below 5%"
+        )
+    else:
+        rates = (
+            f"the rule said &ldquo;opposite direction&rdquo; in {opposite} of {draws} draws, "
+            "the one rate held to 5%; &ldquo;supported&rdquo; "
+            f"({supported}) is the expected answer here, since exchanged arms are no worse "
+            "than each other"
+        )
+    mark = _null_mark(null)
     return (
         "<h3>Null calibration</h3><p>With the primary's arms exchanged at random within "
-        "each seed (no effect), the rule said &ldquo;supported&rdquo; / &ldquo;opposite "
-        f"direction&rdquo; in {esc(null_rates(null))} of the draws (each must stay at or "
-        "below 5%; for a no-worse-than effect, &ldquo;supported&rdquo; is the right answer "
-        "under this null).</p>"
+        f"each seed (no effect), {rates}.{' ' + mark if mark else ''}</p>"
     )
 
 
@@ -377,23 +440,66 @@ def _not_measured(record: Mapping[str, Any]) -> str:
     )
 
 
+def _robustness_cell(record: Mapping[str, Any]) -> str:
+    """The claim's robustness in words, with the command to run it when it was not run."""
+    status = robustness_status(record)
+    if status == "not run":
+        command = robustness_command(record)
+        return f"not run <span class='small'>(run: <code>{esc(command)}</code>)</span>"
+    if status.startswith("fragile"):
+        return f"<span class='mark bad'></span><b>{esc(status)}</b>"
+    if status.startswith("robust"):
+        return f"<span class='mark ok'></span>{esc(status)}"
+    return esc(status)
+
+
 def _robustness(record: Mapping[str, Any]) -> str:
     rows = [
         [
-            esc(r.get("setting", "")),
-            esc(r.get("value", "")),
+            code_name(str(r.get("setting", ""))),
+            esc(fmt_value(r["value"]) if isinstance(r.get("value"), float) else r.get("value")),
             _badge(str(r.get("verdict", ""))),
-            "<span class='mark bad'></span><b>flips the verdict</b>" if r.get("flips") else "same",
+            esc(fmt_estimate(r.get("mean"), r.get("low"), r.get("high"))) if "mean" in r else "",
+            "<span class='mark bad'></span><b>flips the verdict</b>"
+            if r.get("flips")
+            else ("reached no verdict" if r.get("verdict") in ("untestable", "error") else "same"),
         ]
         for r in record.get("robustness") or []
     ]
+    head = f"<h3>Robustness</h3><p>{_robustness_cell(record)}</p>"
     if not rows:
-        return ""
-    return "<h3>Robustness</h3>" + table(
-        ["setting", "value", "verdict", "against the reported one"],
+        return head
+    return head + table(
+        ["setting", "value", "verdict", "primary [95%]", "against the reported one"],
         rows,
         wrap=True,
-        widths=["30%", "25%", "20%", "25%"],
+        widths=["22%", "14%", "18%", "24%", "22%"],
+    )
+
+
+def _override_text(override: Mapping[str, Any]) -> str:
+    return ", ".join(
+        f"{k}={fmt_value(v) if isinstance(v, float) else v}" for k, v in override.items()
+    )
+
+
+def _neighbour_runs(record: Mapping[str, Any]) -> str:
+    """The robustness reruns' measurements, one folded table per neighbour setting, apart
+    from the main seeds' (they answer another question: does the verdict survive there)."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for t in record["tasks"]:
+        if t.get("override") and t["status"] == "ok" and t["measurement"]:
+            groups.setdefault(_override_text(t["override"]), []).append(t["measurement"])
+    if not groups:
+        return ""
+    parts = [
+        f"<details><summary>{esc(where)} ({len(ms)} seed{'s' if len(ms) != 1 else ''})"
+        f"</summary>{_mean_tables(ms, heading=False)}</details>"
+        for where, ms in sorted(groups.items())
+    ]
+    return (
+        "<h3>Robustness reruns</h3><p class='muted'>Mean ± standard deviation over seeds at "
+        "each neighbour setting; not part of the measurements above.</p>" + "".join(parts)
     )
 
 
@@ -404,6 +510,35 @@ def _figure(record: Mapping[str, Any], figure: FigureRef | None, has_data: bool)
         return error_box("The figure failed to render:", figure.error)
     caption = record["caption"] if record.get("caption") and has_data else DEFAULT_CAPTION
     return figure_file_html(figure.src, alt=f"figure for {record['id']}", caption=caption)
+
+
+def _edge_text(edge: int, total: int) -> str:
+    if not edge:
+        return f"none of {total} tuned choices on an edge"
+    return (
+        f"<span class='mark warn'></span><b>{edge} of {total}</b> tuned arm-seed choices "
+        "still on an edge of their space after extending: they may be short of the optimum"
+    )
+
+
+def _caveats(record: Mapping[str, Any]) -> str:
+    """Small marks beside a verdict badge: tuned choices on an edge, a failed null."""
+    out = []
+    edge, total = edge_count(record)
+    if edge:
+        out.append(f"{edge} of {total} tuned on an edge")
+    if null_passes(record.get("null")) is False:
+        out.append("null calibration failed")
+    return "".join(f" <span class='caveat'>{esc(text)}</span>" for text in out)
+
+
+def _seconds(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} s"
+
+
+def _main_tasks(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The main seeds' tasks (records before schema 4 stored reruns as seeds too)."""
+    return [t for t in record["tasks"] if t["kind"] == "seed" and not t.get("override")]
 
 
 def render_claim(
@@ -417,8 +552,9 @@ def render_claim(
         figure: the figure's URL relative to the page, or why it failed; None for none.
     """
     c = record
-    seeds = [t for t in c["tasks"] if t["kind"] == "seed"]
-    measurements = [t["measurement"] for t in seeds if t["status"] == "ok" and t["measurement"]]
+    measurements = [
+        t["measurement"] for t in _main_tasks(c) if t["status"] == "ok" and t["measurement"]
+    ]
     errors = "".join(
         f"<p>{'checks' if t['kind'] == 'checks' else 'seed ' + str(t['seed'])} failed:</p>"
         f"<pre>{esc(t['error'] or '')}</pre>"
@@ -429,10 +565,13 @@ def render_claim(
     banner = f'<p class="banner">{esc(SMOKE_BANNER)}</p>' if c["scale"] == "smoke" else ""
     cached = sum(t["cached"] for t in c["tasks"])
     effects = "".join(_effect_card(e) for e in c["effects"])
+    held, total = premises_held(c)
     body = f"""<p><a href="../index.html">&larr; all claims</a></p>
-<section id="{esc(c["id"])}"><h1>{esc(c["id"])} {_badge(c["verdict"])}</h1>
+<section id="{esc(c["id"])}"><h1>{esc(c["id"])} {_badge(c["verdict"])}{_caveats(c)}</h1>
 <p class="muted">{esc(c["paper"])}</p>{banner}
 <p class="why"><b>Why.</b> {esc(c["why"])}</p>
+<p class="small">Robustness: {_robustness_cell(c)}. Premises held: {held} of {total}.
+Null calibration: {_null_mark(c.get("null")) or "n/a"}.</p>
 <p><b>Hypothesis.</b> {esc(c["hypothesis"])}</p>
 <p><b>Setup ({esc(c["scale"])}, {c["seeds"]} seed{"s" if c["seeds"] != 1 else ""}).</b>
 {esc(c["setup"])}</p>{note}
@@ -442,11 +581,38 @@ def render_claim(
 <p class="muted">The primary effect decides the verdict; secondary effects are reported
 beside it and never change it.</p>{effects}{_not_measured(c)}
 {_premises(c)}{_checks(c.get("checks", []))}{_tuning(c)}{_divergences(c)}{_null(c)}
-{_robustness(c)}{_mean_tables(measurements)}
-<p class="muted">Task time {c["seconds"]:.1f} s of CPU ({cached} of {len(c["tasks"])} tasks
-from the cache); normlab {esc(data.get("normlab", ""))}, commit
-{esc(data.get("git_commit") or "unknown")}.</p>{errors}</section>"""
-    return page(f"{c['id']}: {c['verdict']} (normlab report)", body)
+{_robustness(c)}{_mean_tables(measurements)}{_neighbour_runs(c)}
+<p class="muted">CPU time {_seconds(c.get("cpu_seconds"))} (wall {_seconds(c["seconds"])})
+over {len(c["tasks"])} tasks, {cached} from the cache; normlab
+{esc(data.get("normlab", ""))}, commit {esc(data.get("git_commit") or "unknown")}.</p>
+{errors}</section>"""
+    return page(f"{c['id']}: {c['verdict']} (normlab report)", CAVEAT_CSS + body)
+
+
+#: Style of the caveat marks beside a verdict badge (the shared CSS has none).
+CAVEAT_CSS = (
+    "<style>.caveat{font-size:12px;font-weight:400;color:#9a6700;border:1px solid #d4a72c;"
+    "border-radius:.3em;padding:0 .3em;display:inline-block;vertical-align:middle}"
+    "code{overflow-wrap:anywhere}</style>"
+)
+
+
+def _null_cell(record: Mapping[str, Any]) -> str:
+    null = record.get("null")
+    if not null:
+        return "<span class='muted'>n/a</span>"
+    rates = esc(null_rates(null))
+    if not _superiority(record):
+        rates += " <span class='muted'>(supported expected)</span>"
+    return f"{_null_mark(null)}<br><span class='small'>{rates}</span>"
+
+
+def _edge_cell(record: Mapping[str, Any]) -> str:
+    edge, total = edge_count(record)
+    if not total:
+        return "untuned" if record.get("untuned") else "<span class='muted'>none</span>"
+    mark = "<span class='mark warn'></span>" if edge else ""
+    return f"{mark}{edge} of {total}"
 
 
 def _summary(claims: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
@@ -464,35 +630,38 @@ def _summary(claims: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
                 note = f'<sup><a href="#margin-{n}">{n}</a></sup>'
             relation = f'<span title="{esc(source)}">{esc(relation)}</span>{note}'
         claim_link = f'<a href="claims/{esc(c["id"])}.html">{esc(c["id"])}</a>'
+        held, total = premises_held(c)
         rows.append(
             [
-                claim_link,
-                esc(c["paper"]),
+                f"{claim_link}<br><span class='small muted'>{esc(c['paper'])}</span>",
                 _badge(c["verdict"]),
                 esc(key_number(c)) or "<span class='muted'>none</span>",
                 relation,
                 f"<span class='why'>{esc(c['why'])}</span>",
-                str(c["seeds"]),
-                f"{c['seconds']:.1f} s",
-                esc(null_rates(c.get("null"))) or "<span class='muted'>n/a</span>",
+                f"{c['seeds']}<br><span class='small'>{_seconds(c.get('cpu_seconds'))}</span>",
+                _null_cell(c),
+                f"<span class='small'>{_robustness_cell(c)}</span>",
+                f"{held} of {total}" if total else "<span class='muted'>none</span>",
+                _edge_cell(c),
             ]
         )
     summary = table(
         [
-            "claim",
-            "seed paper",
+            "claim (seed paper)",
             "verdict",
             "primary effect [95% interval]",
             "claimed (margin)",
             "why",
-            "seeds",
-            "task time",
-            "null rates",
+            "seeds, CPU time",
+            "null calibration",
+            "robustness",
+            "premises held",
+            "tuned on an edge",
         ],
         rows,
-        numeric=[False, False, False, True, False, False, True, True, True],
+        numeric=[False, False, True, False, False, True, False, False, True, True],
         wrap=True,
-        widths=["10%", "12%", "11%", "12%", "10%", "27%", "6%", "6%", "6%"],
+        widths=["12%", "8%", "11%", "9%", "27%", "6%", "8%", "9%", "5%", "5%"],
     )
     notes = "".join(f'<li id="margin-{n}">{esc(source)}</li>' for source, n in sources.items())
     footnotes = f"<h3>Sources of the margins</h3><ol class='small'>{notes}</ol>" if notes else ""
@@ -518,10 +687,15 @@ def render_index(data: Mapping[str, Any]) -> str:
     body = (
         f"<h1>normlab report</h1>{banner}{header}<p>{len(claims)} claims: {esc(tally)}. "
         "Verdicts are computed from the per-seed measurements by the rule of "
-        "<code>normlab.claims.core</code> (a two-sided 95% t-interval against a declared "
+        "<code>normlab.claims.rule</code> (a two-sided 95% t-interval against a declared "
         "margin), never written by hand. Each claim's name opens its page: figure, every "
-        "effect, checks, premises and measurements. Task time is the CPU seconds of the "
-        "claim's tasks; the null rates say how often the rule said supported or the "
-        f"opposite when the effect was planted at zero.</p>{summary}{footnotes}"
+        "effect, checks, premises and measurements. CPU time is the processor time of the "
+        "claim's tasks (a busy machine does not inflate it). Null calibration passes when, "
+        "with the primary's arms exchanged at random, the rule said supported (for a "
+        "claimed difference) and the opposite direction (always) at most 5% of the time; "
+        "for a no-worse-than primary, supported is the expected answer. Robustness reruns "
+        "the primary at each free setting's neighbours: a neighbour where a premise fails "
+        "is named as untestable there, not fragile. A tuned choice still on an edge of its "
+        f"search space may be short of the optimum.</p>{summary}{footnotes}"
     )
-    return page(f"normlab report ({scales})", body, width=INDEX_WIDTH)
+    return page(f"normlab report ({scales})", CAVEAT_CSS + body, width=INDEX_WIDTH)

@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from normlab.claims.calibration import null_calibration, robustness_label
+from normlab.claims._format import NO_VERDICT, robustness_status
+from normlab.claims.calibration import null_calibration
 from normlab.claims.core import CheckOutcome, Claim
 from normlab.claims.rule import ClaimVerdict, judge_claim
 from normlab.claims.tasks import TaskResult
@@ -53,12 +54,25 @@ class ClaimResult:
 
     @property
     def robustness(self) -> str:
-        """ "robust", "fragile: flips at ...", or "not run"."""
-        return robustness_label(self.label, self.verdict.robustness)
+        """ "robust", "fragile at NAME=VALUE", or "not run" (`_format.robustness_status`:
+        a neighbour where the claim is untestable is named apart, never fragile)."""
+        record = {
+            "verdict": self.label,
+            "robustness": list(self.verdict.robustness),
+            "free_settings": [s.key for s in self.claim.free_settings],
+        }
+        return robustness_status(record)
 
     @property
     def seconds(self) -> float:
+        """Wall seconds of every task."""
         return sum(t.seconds for t in self.all_tasks)
+
+    @property
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds of every task, or None when none recorded it (caches from before)."""
+        known = [t.cpu_seconds for t in self.all_tasks if t.cpu_seconds is not None]
+        return math.fsum(known) if known else None
 
     @classmethod
     def from_tasks(
@@ -88,7 +102,7 @@ class ClaimResult:
         if verdict.verdict != "error":
             null = null_calibration(claim.primary, ok)
             robust = tuple(
-                {**r, "flips": r["verdict"] != verdict.verdict}
+                {**r, "flips": _flips(r["verdict"], verdict.verdict)}
                 for r in _robustness(claim, neighbours, scale)
             )
             verdict = replace(verdict, null=null, robustness=robust)
@@ -121,6 +135,12 @@ def _robustness(
             }
         )
     return tuple(out)
+
+
+def _flips(neighbour: str, main: str) -> bool:
+    """Whether a neighbour's verdict contradicts the main one: a neighbour where a premise
+    (or a task) failed reached no verdict, so it is shown apart, never counted as a flip."""
+    return neighbour != main and neighbour not in NO_VERDICT
 
 
 def _PASS(claim: Claim) -> dict[str, CheckOutcome]:

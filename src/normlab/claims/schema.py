@@ -19,7 +19,7 @@ from typing import Any
 __all__ = ["SCHEMA_VERSION", "decode", "encode", "schema", "validate"]
 
 #: Bumped whenever the layout of ``results.json`` changes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def _flag(x: float) -> str:

@@ -7,26 +7,39 @@ C++ included (:mod:`normlab._sources`), and the torch and Python versions and th
 count: a change anywhere a result depends on recomputes it. Every task runs with
 :data:`THREADS` torch threads, whatever ``--jobs`` is, so results never depend on how many
 tasks share the machine.
+
+A task records its wall time and its CPU time (the process's and its children's, which a
+loaded machine does not inflate). The checks task runs with Python, NumPy and torch seeded
+with :data:`CHECKS_SEED` (restored afterwards), so its outcome never depends on what ran
+before it in the same worker. A seed task whose primary effect is not finite although no arm
+recorded a divergence is kept (the report shows it) but marked ``recompute``: a fault, not
+an outcome, so the next run computes it again instead of reusing it (:func:`reusable`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from normlab._io import content_hash
 from normlab._sources import closure_hash
-from normlab.claims.core import Claim, get_claim
+from normlab.claims.core import Claim, Measurement, get_claim
 
 __all__ = [
     "CHECKS",
+    "CHECKS_SEED",
     "THREADS",
     "TaskResult",
     "claim_modules",
+    "cpu_seconds",
+    "reusable",
     "run_task",
     "task_config",
     "task_key",
@@ -38,6 +51,8 @@ CHECKS = None
 #: Threads every task runs with, whatever ``--jobs`` is: results never depend on how many
 #: tasks share the machine (the count is recorded in each task and hashed in its key).
 THREADS = 1
+#: The seed of Python's, NumPy's and torch's global generators while a checks task runs.
+CHECKS_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,10 @@ class TaskResult:
         seconds: wall time of the task.
         threads: the torch thread count it ran with.
         override: config values changed for a robustness rerun (None for the main run).
+        cpu_seconds: CPU time of the task (:func:`cpu_seconds`; None in caches written
+            before it was recorded).
+        recompute: the primary effect was not finite with no divergence recorded (a fault):
+            the result is reported but the next run computes the task again.
         cached: whether this result was read from the cache rather than computed now.
     """
 
@@ -69,6 +88,8 @@ class TaskResult:
     seconds: float
     threads: int = THREADS
     override: dict[str, Any] | None = None
+    cpu_seconds: float | None = None
+    recompute: bool = False
     cached: bool = False
 
     @property
@@ -146,17 +167,62 @@ def _find_claim(claim_id: str, module: str | None) -> Claim:
     return get_claim(claim_id)
 
 
+def cpu_seconds() -> float:
+    """CPU seconds (user and system) of this process and of its finished children."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+@contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """Seed Python's, NumPy's and torch's global generators for the block and restore the
+    caller's states after it (a task run in-process must not move its caller's streams)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from normlab.claims.common import seed_everything
+
+    states = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    seed_everything(seed)
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.random.set_rng_state(states[2])
+
+
 def _run_checks(claim: Claim, config: dict[str, Any]) -> dict[str, Any]:
     out = {}
-    for check in claim.checks:
-        outcome = check.fn(config)
-        value = float(outcome.value)
-        out[check.name] = {
-            "passed": bool(outcome.passed),
-            "value": value if math.isfinite(value) else None,
-            "detail": str(outcome.detail),
-        }
+    with _seeded(CHECKS_SEED):
+        for check in claim.checks:
+            outcome = check.fn(config)
+            value = float(outcome.value)
+            out[check.name] = {
+                "passed": bool(outcome.passed),
+                "value": value if math.isfinite(value) else None,
+                "detail": str(outcome.detail),
+            }
     return out
+
+
+def _faulty(claim: Claim, measurement: Measurement) -> bool:
+    """Whether the primary effect (or one of its parts) is not finite on a measurement that
+    records no divergence: no declared outcome explains it, so it is a fault to retry."""
+    if measurement.get("diverged"):
+        return False
+    for effect in claim.primary.parts or (claim.primary,):
+        try:
+            value = float(effect.fn(measurement))
+        except ArithmeticError:
+            value = math.nan
+        except Exception:  # a missing cell: the rule reports it as the claim's error
+            return False
+        if not math.isfinite(value):
+            return True
+    return False
 
 
 def run_task(
@@ -177,22 +243,36 @@ def run_task(
 
     caller_threads = torch.get_num_threads()  # restored below: in-process tasks share it
     torch.set_num_threads(THREADS)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), cpu_seconds()
+    recompute = False
     try:
         claim = _find_claim(claim_id, module)
         key = key or task_key(claim, scale, seed, override=override)
         config = task_config(claim, scale, override)
         measurement = _run_checks(claim, config) if seed is None else claim.run(config, seed)
         json.dumps(measurement, allow_nan=True)  # JSON-serialisable numbers only
-        if seed is not None and not isinstance(measurement.get("table"), dict):
-            raise TypeError("A claim's run must return a dict with a 'table'.")
+        if seed is not None:
+            if not isinstance(measurement.get("table"), dict):
+                raise TypeError("A claim's run must return a dict with a 'table'.")
+            recompute = _faulty(claim, measurement)
         status, error = "ok", None
     except Exception:
         measurement, status, error = None, "error", traceback.format_exc()
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
     torch.set_num_threads(caller_threads)
     return TaskResult(
-        claim_id, scale, seed, key or "", status, measurement, error, seconds, THREADS, override
+        claim_id,
+        scale,
+        seed,
+        key or "",
+        status,
+        measurement,
+        error,
+        seconds,
+        THREADS,
+        override,
+        cpu_seconds=cpu,
+        recompute=recompute,
     ).to_dict()
 
 
@@ -201,3 +281,9 @@ def usable(result: TaskResult) -> bool:
     if not isinstance(result.measurement, dict):
         return False
     return result.seed is None or isinstance(result.measurement.get("table"), dict)
+
+
+def reusable(result: TaskResult) -> bool:
+    """Whether a cached task may stand in for running it again: it succeeded and its
+    primary was not an unexplained non-finite value (``recompute``)."""
+    return result.status == "ok" and not result.recompute
