@@ -36,6 +36,7 @@ from normlab.claims.tasks import (
     THREADS,
     TaskResult,
     claim_modules,
+    reusable,
     run_task,
     task_key,
     usable,
@@ -158,7 +159,7 @@ class ClaimRunner:
                 stacklevel=2,
             )
             return None
-        return result if result.status == "ok" else None
+        return result if reusable(result) else None  # a failed or faulty task reruns
 
     def _record(self, data: dict[str, Any]) -> TaskResult:
         result = TaskResult(**data)
