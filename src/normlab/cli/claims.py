@@ -168,12 +168,12 @@ def add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def _fmt_effect(e: dict[str, Any]) -> str:
-    from normlab.claims._format import fmt_interval, fmt_value, seeds_text, with_unit
+    from normlab.claims._format import fmt_estimate, seeds_text
 
-    mean = with_unit(fmt_value(e["mean"], signed=True), e.get("unit"))
+    mean = fmt_estimate(e["mean"], e["low"], e["high"], e.get("unit"))  # keeps its mean inside
     return (
         f"{e['role']} {e['name']}: [{seeds_text(e['values'])}] mean {mean} "
-        f"{fmt_interval(e['low'], e['high'])} -> {e['verdict']} ({e['reason']})"
+        f"-> {e['verdict']} ({e['reason']})"
     )
 
 
@@ -181,7 +181,7 @@ def _claim(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from normlab._progress import StepBars
-    from normlab.claims._format import premise_phrase
+    from normlab.claims._format import premise_phrase, premise_words
     from normlab.claims.api import resolve_claims
     from normlab.claims.report import claim_record
     from normlab.claims.runner import ClaimRunner
@@ -228,7 +228,7 @@ def _claim(args: argparse.Namespace) -> int:
             f"check {check['name']}: {check['status']} ({check['detail']})", markup=False
         )
     for premise in premises:
-        state = "held" if premise.get("held") else "FAILED"
+        state = premise_words(premise)  # "one seed: no interval" is not a failure
         text = premise_phrase(premise, link="needs")
         console.print(f"premise {premise['name']}: {text}: {state}", markup=False)
     console.print(record["why"], markup=False, highlight=False)
