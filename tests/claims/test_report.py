@@ -324,3 +324,16 @@ def test_report_robustness_flag_records_the_neighbours(tmp_path, planted, monkey
     assert "offset=-2 (3 seeds)" in page[page.index("Robustness reruns") :]
     index = html.unescape((tmp_path / "index.html").read_text())
     assert "fragile at offset=-2" in index
+
+
+def test_claim_command_at_one_seed_says_no_interval_not_failed(
+    tmp_path, planted, monkeypatch, capsys
+):
+    from normlab.cli import main
+
+    monkeypatch.setattr(claims_core._CATALOGUE, "loaded", True)
+    args = ["claim", "planted-ok", "--scale", "smoke", "--out", str(tmp_path), "--no-progress"]
+    main(args)
+    text = capsys.readouterr().out
+    assert "premise baseline_ranked" in text and "one seed: no interval" in text
+    assert "FAILED" not in text
