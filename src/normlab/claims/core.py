@@ -468,7 +468,8 @@ class Claim:
         setup: the experiment in a sentence or two.
         scale_note: what quick scale leaves out (variants run only at full scale), or "".
         figure: ``figure(measurements) -> matplotlib Figure`` over all seeds, or None.
-        caption: what to look at in the figure.
+        caption: what to look at in the figure; a mapping from scale to text when the
+            figure draws different panels at different scales.
         exclusive: the measurement is a timing: the runner runs this claim's tasks alone,
             one at a time in its own process, after every other task has finished.
         version: bump to invalidate cached results when the claim's meaning changes.
@@ -492,7 +493,7 @@ class Claim:
     setup: str = ""
     scale_note: str = ""
     figure: Callable[[Sequence[Measurement]], Any] | None = None
-    caption: str = ""
+    caption: str | Mapping[str, str] = ""
     exclusive: bool = False
     version: int = 1
 
