@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Search", "Tuned", "diverged", "searches", "tune", "tune_arms"]
+__all__ = ["Search", "Tuned", "diverged", "reference_of", "searches", "tune", "tune_arms"]
 
 
 @dataclass(frozen=True)
@@ -280,17 +280,22 @@ def tune_arms(
     if unknown:
         raise ValueError(f"Arms {unknown} have no search space; the search has {list(spaces)}.")
 
-    def ref(arm: str) -> float:
-        if callable(reference):
-            return float(reference(arm))
-        if isinstance(reference, Mapping):
-            return float(reference[arm])
-        return float(reference)
-
     tuned = {
-        arm: tune(spaces[arm], lambda p, arm=arm: evaluate(arm, p), ref(arm)) for arm in chosen
+        arm: tune(spaces[arm], lambda p, arm=arm: evaluate(arm, p), reference_of(reference, arm))
+        for arm in chosen
     }
     return tuned, {arm: t.record() for arm, t in tuned.items()}
+
+
+def reference_of(
+    reference: float | Mapping[str, float] | Callable[[str], float], arm: str
+) -> float:
+    """``arm``'s trivial reference from a number (every arm), a mapping or a callable."""
+    if callable(reference):
+        return float(reference(arm))
+    if isinstance(reference, Mapping):
+        return float(reference[arm])
+    return float(reference)
 
 
 def diverged(step: int, last: float) -> dict[str, Any]:

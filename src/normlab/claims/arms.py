@@ -1,0 +1,130 @@
+"""The experiment engine: a claim declares how to train and test one arm; the engine tunes
+every arm the same way, trains the seeds, and writes the measurement the effects read.
+
+A claim gives two functions:
+
+- ``train(arm, params, seed) -> Trained``: train ``arm`` with the tuned ``params`` (its
+  search's parameters) and the training seed, and score it on *validation* (lower is
+  better). The data are the claim's, built from the task's seed outside ``train``, so that
+  every arm of a seed sees the same data.
+- ``test(arm, trained) -> row``: the arm's test metrics (the table row), computed once,
+  for the chosen parameters only.
+
+:func:`run_arms` tunes each arm over the config's ``"search"`` with
+:func:`~normlab.claims.protocol.tune_arms` (equal grid trials, selection on validation,
+edge extension on every axis, ties without a direction bias), records each arm's trivial
+reference for the learned premise, its divergence, and the chosen parameters beside its
+test metrics.
+
+**The A/A placebo.** With ``config["placebo"] = {"method": M, "baseline": B}`` (set by the
+runner, never by a claim), arm ``M`` is the baseline ``B`` trained again through ``M``'s
+own path: ``M``'s search space, the same tuning and divergence handling, on the same data,
+with a training seed of its own (:func:`placebo_seed`). Judged as if it were the method,
+it must not read "supported": when it does, the comparison favours the method's path (a
+wider grid, a handicapped baseline), not the method.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from normlab.claims.core import Measurement
+from normlab.claims.protocol import reference_of, tune_arms
+
+__all__ = ["PLACEBO_KEY", "Trained", "placebo_seed", "run_arms"]
+
+#: The config key through which the runner asks for the A/A placebo.
+PLACEBO_KEY = "placebo"
+
+
+@dataclass(frozen=True)
+class Trained:
+    """One arm trained at one setting.
+
+    Attributes:
+        val: its validation score, lower is better (a diverged run may give anything:
+            the engine reads it as ``inf``).
+        model: whatever ``test`` needs (the model, predictions, curves).
+        diverged: ``{"step", "last"}`` of a run that diverged (e.g.
+            ``FitResult.diverged.record()``), or None.
+    """
+
+    val: float
+    model: Any = None
+    diverged: Mapping[str, Any] | None = None
+
+
+def placebo_seed(seed: int) -> int:
+    """The training seed of the placebo arm: distinct from every main seed's, fixed per
+    seed (so the placebo is reproducible and cached like any task)."""
+    return 1_000_003 + seed
+
+
+def _placebo(config: Mapping[str, Any]) -> tuple[str, str] | None:
+    spec = config.get(PLACEBO_KEY)
+    if not spec:
+        return None
+    if not isinstance(spec, Mapping) or set(spec) != {"method", "baseline"}:
+        raise ValueError(
+            f"config[{PLACEBO_KEY!r}] must be {{'method': arm, 'baseline': arm}}; got {spec!r}."
+        )
+    return str(spec["method"]), str(spec["baseline"])
+
+
+def run_arms(
+    config: Mapping[str, Any],
+    seed: int,
+    train: Callable[[str, dict[str, Any], int], Trained],
+    test: Callable[[str, Trained], Mapping[str, float]],
+    *,
+    reference: float | Mapping[str, float] | Callable[[str], float],
+    arms: Sequence[str] | None = None,
+) -> Measurement:
+    """Tune, train and test every arm of the config's search for one seed.
+
+    Args:
+        config: the claim's config at this scale (its ``"search"``; ``"placebo"`` when the
+            runner asks for the A/A placebo).
+        seed: the task's seed (the training seed of every arm but the placebo's).
+        train: ``(arm, params, seed) -> Trained``, scored on validation.
+        test: ``(arm, trained) -> {metric: value}`` on test, for the chosen setting.
+        reference: each arm's trivial reference on the validation scale (see
+            :func:`~normlab.claims.protocol.tune_arms`).
+        arms: a subset of the search's arms (default: all).
+
+    Returns:
+        The measurement: ``"table"`` (arm -> test metrics and the chosen parameters),
+        ``"tuning"``, ``"diverged"`` and, for a placebo run, ``"placebo"``.
+    """
+    placebo = _placebo(config)
+
+    def source(arm: str) -> tuple[str, int]:
+        if placebo is not None and arm == placebo[0]:
+            return placebo[1], placebo_seed(seed)
+        return arm, seed
+
+    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, Trained]:
+        trained_as, s = source(arm)
+        t = train(trained_as, params, s)
+        val = float(t.val)
+        return (val if t.diverged is None and math.isfinite(val) else math.inf), t
+
+    def arm_reference(arm: str) -> float:
+        # the placebo arm is the baseline trained again: its reference is the baseline's
+        return reference_of(reference, source(arm)[0])
+
+    tuned, records = tune_arms(config, evaluate, arms, reference=arm_reference)
+    table: dict[str, dict[str, Any]] = {}
+    diverged: dict[str, Any] = {}
+    for arm, t in tuned.items():
+        trained: Trained = t.result
+        if trained.diverged is not None:
+            diverged[arm] = dict(trained.diverged)
+        table[arm] = {**dict(test(source(arm)[0], trained)), **t.chosen}
+    out: Measurement = {"table": table, "tuning": records, "diverged": diverged}
+    if placebo is not None:
+        out["placebo"] = {"method": placebo[0], "baseline": placebo[1]}
+    return out

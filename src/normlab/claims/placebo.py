@@ -1,0 +1,89 @@
+"""The A/A placebo: the claim-level null.
+
+The baseline arm is trained again through the method's own path (its search space, its
+tuning and divergence handling, the same data, a training seed of its own: see
+:mod:`normlab.claims.arms`) and judged by the claim's primary effect as if it were the
+method. Nothing differs but the path, so a fair comparison reads "supported" at most 2.5%
+of the time; a placebo that reads "supported" shows that the comparison favours the
+method's path (a wider grid, a handicapped baseline, a selection on test), and the report
+flags it. The flag reads the verdict at margin 0, so that a non-inferiority primary (for
+which an A/A pair is rightly "no worse") is held to the same test: the placebo must not
+beat its baseline.
+
+Unlike the within-seed exchange of :mod:`normlab.claims.calibration` (for two arms, a
+sign flip of the per-seed differences, which says nothing about bias in the arms), the
+placebo trains: it costs one extra training of the method's path per seed, so the report
+runs it on request (``normlab report --placebo``; always at full scale).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from normlab.claims.arms import PLACEBO_KEY
+from normlab.claims.core import Claim, Effect, Measurement, claimed_bound
+from normlab.claims.rule import judge_effect
+
+__all__ = ["judge_placebo", "placebo_effect", "placebo_override"]
+
+
+def placebo_effect(claim: Claim) -> Effect | None:
+    """The effect the placebo is judged by: the primary, or for "beats every baseline" the
+    part against the first named baseline; None when the primary names no arms."""
+    primary = claim.primary
+    candidates = primary.parts or (primary,)
+    for effect in candidates:
+        if effect.method and effect.baseline:
+            return effect
+    return None
+
+
+def placebo_override(claim: Claim) -> dict[str, Any] | None:
+    """The config override of the placebo tasks: ``{"placebo": {"method", "baseline"}}``,
+    or None when the claim has no method/baseline pair to swap."""
+    effect = placebo_effect(claim)
+    if effect is None:
+        return None
+    return {PLACEBO_KEY: {"method": effect.method, "baseline": effect.baseline}}
+
+
+def judge_placebo(claim: Claim, measurements: Sequence[Measurement]) -> dict[str, Any]:
+    """The placebo's verdict by the claim's primary (see :func:`placebo_effect`).
+
+    Returns:
+        ``{"status": "run", "effect", "verdict", "reason", "mean", "low", "high", "seeds",
+        "at_zero", "claimed_side", "flagged"}`` (``claimed_side``: the fraction of seeds
+        whose value lies on the claimed side of the margin; ``flagged``: the placebo is
+        "supported" at margin 0, i.e. it beats the baseline in the claimed direction, which
+        a fair comparison does 2.5% of the time, for superiority and non-inferiority
+        primaries alike), or ``{"status":
+        "not available", "why"}`` when the claim's run does not honour the placebo (it
+        does not go through :func:`normlab.claims.arms.run_arms`) or names no arms.
+    """
+    effect = placebo_effect(claim)
+    if effect is None:
+        return {"status": "not available", "why": "the primary names no method and baseline"}
+    if not measurements or any(PLACEBO_KEY not in m for m in measurements):
+        return {
+            "status": "not available",
+            "why": "the claim's run does not go through the engine (normlab.claims.arms."
+            "run_arms), so it cannot train its baseline through the method's path",
+        }
+    ev = judge_effect(effect, measurements, role="primary")
+    upward = effect.direction in ("greater", "no_less")
+    bound = claimed_bound(effect.direction, effect.margin.value)
+    side = [v > bound if upward else v < bound for v in ev.values]
+    return {
+        "status": "run",
+        "effect": effect.name,
+        "verdict": ev.verdict,
+        "reason": ev.reason,
+        "mean": ev.mean,
+        "low": ev.low,
+        "high": ev.high,
+        "seeds": len(ev.values),
+        "at_zero": ev.at_zero,
+        "claimed_side": sum(side) / len(side) if side else float("nan"),
+        "flagged": ev.at_zero == "supported",
+    }
