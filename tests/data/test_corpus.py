@@ -17,6 +17,21 @@ def test_splits_are_disjoint_nonempty_and_deterministic():
     assert probe not in bytes(train[:2_000_000].tolist())
 
 
+def test_validation_and_test_share_no_file_and_no_window():
+    from normlab.data.corpus import _files, _split_of
+
+    splits = [_split_of(p) for p in _files()]
+    assert splits.count("val") > 20 and splits.count("test") > 20  # both are real splits
+    val, test = corpus("val"), corpus("test")
+    assert len(val) > 200_000 and len(test) > 200_000
+    g = torch.Generator().manual_seed(0)
+    test_bytes = bytes(test.tolist())
+    for start in torch.randint(0, len(val) - 200, (20,), generator=g).tolist():
+        window = bytes(val[start : start + 200].tolist())
+        if len(set(window)) > 30:  # skip boilerplate (licence headers repeat across files)
+            assert window not in test_bytes
+
+
 def test_prose_is_comments_and_docstrings_not_code():
     text = bytes(corpus("prose")[:50_000].tolist()).decode("utf-8", "replace")
     code = bytes(corpus("val")[:50_000].tolist()).decode("utf-8", "replace")
@@ -41,4 +56,4 @@ def test_limit_restricts_the_sampled_bytes():
     with pytest.raises(ValueError, match="Need more than context"):
         sample_batch(data, 1, 8, torch.Generator(), limit=8)
     with pytest.raises(ValueError, match="Unknown corpus split"):
-        corpus("test")
+        corpus("holdout")
