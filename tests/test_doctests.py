@@ -33,6 +33,8 @@ MODULES = (
     "normlab.layers.quadrature",
     "normlab.layers.riemannian",
     "normlab.layers.scaling",
+    "normlab.models.convnext",
+    "normlab.probes.activations",
     "normlab.quant.peers",
 )
 #: Modules whose examples are still to be written: only their coverage check may fail.

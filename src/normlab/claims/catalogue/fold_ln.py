@@ -48,7 +48,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from normlab import kernels as K
@@ -67,6 +66,7 @@ from normlab.claims.core import (
 from normlab.layers.dyt import DyT
 from normlab.layers.norms import LayerNorm as NormlabLayerNorm
 from normlab.layers.norms import RMSNorm
+from normlab.models.convnext import TinyConvNeXt
 from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.papers import paper
 from normlab.surgery import replace_norms
@@ -74,24 +74,6 @@ from normlab.surgery.fold import fold_layernorms
 from normlab.surgery.fold_detect import analyze_fold
 
 __all__ = ["CLAIM"]
-
-
-class _ConvNeXtLike(nn.Module):
-    """Embedding -> depthwise conv -> LayerNorm -> MLP, residual, final LayerNorm, head."""
-
-    def __init__(self, vocab: int = 64, d: int = 16) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab, d)
-        self.dwconv = nn.Conv1d(d, d, 3, padding=1, groups=d)
-        self.norm = nn.LayerNorm(d)
-        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        self.norm_f, self.head = nn.LayerNorm(d), nn.Linear(d, vocab)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        h = self.embed(idx)
-        y = self.norm(self.dwconv(h.transpose(1, 2)).transpose(1, 2))
-        h = h + self.down(F.gelu(self.up(y)))
-        return self.head(self.norm_f(h))
 
 
 def _tiny(**kw: Any) -> TinyGPT:
@@ -141,7 +123,7 @@ _ARCHS: dict[str, tuple[Callable[[], nn.Module], Callable[[nn.Module], set[str]]
         "ids",
     ),
     "tinygpt-post": (lambda: _tiny(residual="post"), lambda m: set(), "ids"),
-    "convnext-like": (_ConvNeXtLike, lambda m: set(), "ids"),
+    "convnext-like": (TinyConvNeXt, lambda m: set(), "ids"),
     "gpt2": (lambda: _hf("gpt2"), _all, "hf"),
     "bert": (lambda: _hf("bert"), lambda m: set(), "hf"),
 }
