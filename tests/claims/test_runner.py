@@ -364,3 +364,15 @@ def test_unreachable_ray_address_is_refused_quickly(tmp_path, planted):
             [planted["planted-ok"]], "quick"
         )
     assert time.perf_counter() - start < 30
+
+
+def test_the_task_key_changes_with_a_numeric_librarys_version(monkeypatch):
+    from normlab.claims import tasks
+    from normlab.claims.core import get_claim
+
+    claim = get_claim("affine-rank")
+    before = tasks.task_key(claim, "smoke", 0)
+    versions = {**tasks.library_versions(), "numpy": "0.0.1"}
+    monkeypatch.setattr(tasks, "library_versions", lambda: versions)
+    assert tasks.task_key(claim, "smoke", 0) != before
+    assert set(tasks.NUMERIC_LIBRARIES) <= set(versions)

@@ -35,10 +35,12 @@ from normlab.claims.core import Claim, Measurement, get_claim
 __all__ = [
     "CHECKS",
     "CHECKS_SEED",
+    "NUMERIC_LIBRARIES",
     "THREADS",
     "TaskResult",
     "claim_modules",
     "cpu_seconds",
+    "library_versions",
     "reusable",
     "run_task",
     "task_config",
@@ -126,7 +128,8 @@ def task_key(
 ) -> str:
     """The cache key of a task: changes when the claim's config or version changes, the
     source of any normlab module it imports (directly or not, its C++ included) changes,
-    or torch, Python or the task's thread count change.
+    or torch, Python, a library that can change its numbers (:func:`library_versions`)
+    or the task's thread count change.
 
     Args:
         claim: the claim.
@@ -149,9 +152,41 @@ def task_key(
             "code": code or closure_hash(claim_modules(claim)),
             "torch": torch.__version__,
             "python": platform.python_version(),
+            "libraries": library_versions(),
             "threads": THREADS,
         }
     )
+
+
+#: Libraries whose version can change a claim's numbers (numerics, data, peers).
+NUMERIC_LIBRARIES = (
+    "numpy",
+    "scipy",
+    "scikit-learn",
+    "transformers",
+    "torchao",
+    "optimum-quanto",
+    "hqq",
+    "gymnasium",
+    "zuko",
+    "entmax",
+    "optuna",
+    "trl",
+)
+
+
+def library_versions() -> dict[str, str]:
+    """The installed version of each of :data:`NUMERIC_LIBRARIES` ("absent" when not
+    installed), read from package metadata without importing them."""
+    from importlib import metadata
+
+    out = {}
+    for name in NUMERIC_LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
 
 
 def _find_claim(claim_id: str, module: str | None) -> Claim:
