@@ -42,6 +42,18 @@ def _plottable(obj: Any) -> Any:
     return obj
 
 
+def _heatmap(fig: Any, ax: Any, data: Any, **style: Any) -> None:
+    """``data`` as an image on ``ax`` with whole-number ticks (its rows and columns are
+    layers and heads) and a colourbar beside it; the figure's constrained layout keeps the
+    colourbar clear of the next panel."""
+    from matplotlib.ticker import MaxNLocator
+
+    image = ax.imshow(data, **style)
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(MaxNLocator(integer=True))
+    fig.colorbar(image, ax=ax, fraction=0.046)
+
+
 def figures(results: dict[str, Any]) -> list[tuple[str, bytes]]:
     """``(caption, PNG)`` per probe that ran."""
     import matplotlib
@@ -69,10 +81,9 @@ def figures(results: dict[str, Any]) -> list[tuple[str, bytes]]:
             )
         )
     if "sinks" in probes:
-        fig, ax = plt.subplots(figsize=(5, 3.2))
-        im = ax.imshow(probes["sinks"]["alpha"], aspect="auto", vmin=0, vmax=1, cmap="magma")
+        fig, ax = plt.subplots(figsize=(5, 3.2), layout="constrained")
+        _heatmap(fig, ax, probes["sinks"]["alpha"], aspect="auto", vmin=0, vmax=1, cmap="magma")
         ax.set(xlabel="head", ylabel="layer", title="sink alpha (first token)")
-        fig.colorbar(im, ax=ax)
         out.append(
             (
                 "Attention sinks: bright cells are heads that park attention on the first token",
@@ -109,11 +120,10 @@ def figures(results: dict[str, Any]) -> list[tuple[str, bytes]]:
         )
     if "swap" in probes:
         s = probes["swap"]
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
         for ax, key in zip(axes, ("replacement", "interchange"), strict=True):
-            im = ax.imshow(s[key], cmap="viridis")
+            _heatmap(fig, ax, s[key], cmap="viridis")
             ax.set(title=f"{key} swap-KL (nats)", xlabel="layer j", ylabel="layer i")
-            fig.colorbar(im, ax=ax, fraction=0.046)
         out.append(
             (
                 "Swap-KL: dark cells are layer pairs that can be swapped or replaced cheaply",
