@@ -61,7 +61,7 @@ def test_run_arms_tunes_on_validation_and_records_the_table():
     m = run_arms(_config(GOOD), 3, _train, _test, reference=10.0)
     assert m["table"]["method"]["lr"] == 1e-2 and "acc" in m["table"]["baseline"]
     assert m["tuning"]["method"]["reference"] == 10.0 and m["diverged"] == {}
-    assert "placebo" not in m
+    assert all("placebo_of" not in r for r in m["tuning"].values())
 
 
 def test_a_diverged_training_is_recorded_and_loses_the_tuning():
@@ -86,7 +86,7 @@ def test_the_placebo_trains_the_baseline_through_the_methods_path():
     m = run_arms(
         {**claim.config("quick"), **placebo_override(claim)}, 4, train, _test, reference=10
     )
-    assert m["placebo"] == {"method": "method", "baseline": "baseline"}
+    assert m["tuning"]["method"]["placebo_of"] == "baseline"
     assert {a for a, _ in seen} == {"baseline"}  # the method itself never trains
     assert {s for _, s in seen} == {4, placebo_seed(4)}
 
@@ -114,7 +114,23 @@ def test_a_claim_off_the_engine_has_no_placebo():
     claim = _claim(GOOD)
     plain = [{"table": {"method": {"acc": 1.0}, "baseline": {"acc": 0.0}}}] * 5
     out = judge_placebo(claim, plain)
-    assert out["status"] == "not available" and "run_arms" in out["why"]
+    assert out["status"] == "not available" and "tune_arms" in out["why"]
+
+
+def test_tune_arms_alone_honours_the_placebo_with_the_seeds_own_training():
+    from normlab.claims.protocol import tune_arms
+
+    claim = _claim(HANDICAP)
+    config = {**claim.config("quick"), **placebo_override(claim)}
+    calls = []
+
+    def evaluate(arm, params):
+        calls.append(arm)
+        return _train(arm, params, 0).val, None
+
+    _, records = tune_arms(config, evaluate)
+    assert set(calls) == {"baseline"} and records["method"]["placebo_of"] == "baseline"
+    assert records["method"]["chosen"] == {"lr": 1e-2}  # the method's own grid
 
 
 def test_the_learned_premise_reads_the_engines_references():

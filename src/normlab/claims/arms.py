@@ -32,12 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from normlab.claims.core import Measurement
-from normlab.claims.protocol import reference_of, tune_arms
+from normlab.claims.protocol import PLACEBO_KEY, placebo_pair, reference_of, tune_arms
 
-__all__ = ["PLACEBO_KEY", "Trained", "placebo_seed", "run_arms"]
-
-#: The config key through which the runner asks for the A/A placebo.
-PLACEBO_KEY = "placebo"
+__all__ = ["Trained", "placebo_seed", "run_arms"]
 
 
 @dataclass(frozen=True)
@@ -63,17 +60,6 @@ def placebo_seed(seed: int) -> int:
     return 1_000_003 + seed
 
 
-def _placebo(config: Mapping[str, Any]) -> tuple[str, str] | None:
-    spec = config.get(PLACEBO_KEY)
-    if not spec:
-        return None
-    if not isinstance(spec, Mapping) or set(spec) != {"method", "baseline"}:
-        raise ValueError(
-            f"config[{PLACEBO_KEY!r}] must be {{'method': arm, 'baseline': arm}}; got {spec!r}."
-        )
-    return str(spec["method"]), str(spec["baseline"])
-
-
 def run_arms(
     config: Mapping[str, Any],
     seed: int,
@@ -97,26 +83,31 @@ def run_arms(
 
     Returns:
         The measurement: ``"table"`` (arm -> test metrics and the chosen parameters),
-        ``"tuning"``, ``"diverged"`` and, for a placebo run, ``"placebo"``.
+        ``"tuning"`` (the placebo arm's record marked ``"placebo_of"``) and ``"diverged"``.
     """
-    placebo = _placebo(config)
+    placebo = placebo_pair(config)
 
     def source(arm: str) -> tuple[str, int]:
+        """The arm actually trained and its training seed: under the placebo, the method's
+        arm trains the baseline with a seed of its own (the pair differs by training
+        noise alone)."""
         if placebo is not None and arm == placebo[0]:
             return placebo[1], placebo_seed(seed)
         return arm, seed
 
     def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, Trained]:
-        trained_as, s = source(arm)
-        t = train(trained_as, params, s)
+        name, training_seed = source(arm)
+        t = train(name, params, training_seed)
         val = float(t.val)
         return (val if t.diverged is None and math.isfinite(val) else math.inf), t
 
-    def arm_reference(arm: str) -> float:
-        # the placebo arm is the baseline trained again: its reference is the baseline's
-        return reference_of(reference, source(arm)[0])
-
-    tuned, records = tune_arms(config, evaluate, arms, reference=arm_reference)
+    # the engine redirects the placebo itself (with its seed), so tune_arms sees no request
+    plain = {k: v for k, v in config.items() if k != PLACEBO_KEY}
+    tuned, records = tune_arms(
+        plain, evaluate, arms, reference=lambda arm: reference_of(reference, source(arm)[0])
+    )
+    if placebo is not None and placebo[0] in records:
+        records[placebo[0]]["placebo_of"] = placebo[1]
     table: dict[str, dict[str, Any]] = {}
     diverged: dict[str, Any] = {}
     for arm, t in tuned.items():
@@ -124,7 +115,4 @@ def run_arms(
         if trained.diverged is not None:
             diverged[arm] = dict(trained.diverged)
         table[arm] = {**dict(test(source(arm)[0], trained)), **t.chosen}
-    out: Measurement = {"table": table, "tuning": records, "diverged": diverged}
-    if placebo is not None:
-        out["placebo"] = {"method": placebo[0], "baseline": placebo[1]}
-    return out
+    return {"table": table, "tuning": records, "diverged": diverged}

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from normlab.claims.arms import PLACEBO_KEY
 from normlab.claims.core import Claim, Effect, Measurement, claimed_bound
+from normlab.claims.protocol import PLACEBO_KEY
 from normlab.claims.rule import judge_effect
 
 __all__ = ["judge_placebo", "placebo_effect", "placebo_override"]
@@ -48,6 +48,11 @@ def placebo_override(claim: Claim) -> dict[str, Any] | None:
     return {PLACEBO_KEY: {"method": effect.method, "baseline": effect.baseline}}
 
 
+def _honoured(measurement: Measurement, effect: Effect) -> bool:
+    record = (measurement.get("tuning") or {}).get(effect.method) or {}
+    return record.get("placebo_of") == effect.baseline
+
+
 def judge_placebo(claim: Claim, measurements: Sequence[Measurement]) -> dict[str, Any]:
     """The placebo's verdict by the claim's primary (see :func:`placebo_effect`).
 
@@ -64,11 +69,12 @@ def judge_placebo(claim: Claim, measurements: Sequence[Measurement]) -> dict[str
     effect = placebo_effect(claim)
     if effect is None:
         return {"status": "not available", "why": "the primary names no method and baseline"}
-    if not measurements or any(PLACEBO_KEY not in m for m in measurements):
+    if not measurements or not all(_honoured(m, effect) for m in measurements):
         return {
             "status": "not available",
-            "why": "the claim's run does not go through the engine (normlab.claims.arms."
-            "run_arms), so it cannot train its baseline through the method's path",
+            "why": "the claim tunes no arms through the engine (normlab.claims.protocol."
+            "tune_arms or normlab.claims.arms.run_arms), so it cannot train its baseline "
+            "through the method's path",
         }
     ev = judge_effect(effect, measurements, role="primary")
     upward = effect.direction in ("greater", "no_less")

@@ -29,7 +29,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Search", "Tuned", "diverged", "reference_of", "searches", "tune", "tune_arms"]
+__all__ = [
+    "PLACEBO_KEY",
+    "Search",
+    "Tuned",
+    "diverged",
+    "placebo_pair",
+    "reference_of",
+    "searches",
+    "tune",
+    "tune_arms",
+]
 
 
 @dataclass(frozen=True)
@@ -272,7 +282,8 @@ def tune_arms(
 
     Returns:
         ``(tuned, records)``: arm -> :class:`Tuned`, and arm -> its JSON record for the
-        measurement's ``"tuning"``.
+        measurement's ``"tuning"``. Under the A/A placebo (:func:`placebo_pair`) the
+        method's arm holds the baseline trained through the method's search.
     """
     spaces = searches(config)
     chosen = list(arms) if arms is not None else list(spaces)
@@ -280,11 +291,45 @@ def tune_arms(
     if unknown:
         raise ValueError(f"Arms {unknown} have no search space; the search has {list(spaces)}.")
 
+    placebo = placebo_pair(config)
+
+    def trained_as(arm: str) -> str:
+        return placebo[1] if placebo is not None and arm == placebo[0] else arm
+
     tuned = {
-        arm: tune(spaces[arm], lambda p, arm=arm: evaluate(arm, p), reference_of(reference, arm))
+        arm: tune(
+            spaces[arm],
+            lambda p, arm=arm: evaluate(trained_as(arm), p),
+            reference_of(reference, trained_as(arm)),
+        )
         for arm in chosen
     }
-    return tuned, {arm: t.record() for arm, t in tuned.items()}
+    records = {arm: t.record() for arm, t in tuned.items()}
+    if placebo is not None and placebo[0] in records:
+        records[placebo[0]]["placebo_of"] = placebo[1]
+    return tuned, records
+
+
+#: The config key through which the runner asks for the A/A placebo
+#: (:mod:`normlab.claims.placebo`); a claim never sets it.
+PLACEBO_KEY = "placebo"
+
+
+def placebo_pair(config: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(method, baseline)`` when the config asks for the A/A placebo, else None.
+
+    Under the placebo, :func:`tune_arms` tunes the method's arm over the method's own
+    search space but trains the baseline in its place (``evaluate(baseline, params)``),
+    and marks the method's tuning record ``"placebo_of"``.
+    """
+    spec = config.get(PLACEBO_KEY)
+    if not spec:
+        return None
+    if not isinstance(spec, Mapping) or set(spec) != {"method", "baseline"}:
+        raise ValueError(
+            f"config[{PLACEBO_KEY!r}] must be {{'method': arm, 'baseline': arm}}; got {spec!r}."
+        )
+    return str(spec["method"]), str(spec["baseline"])
 
 
 def reference_of(
