@@ -35,7 +35,7 @@ from normlab.layers.hypersphere import (
     unit_rows_,
 )
 from normlab.models.gpt_adapter import TinyGPTAdapter
-from normlab.models.gpt_blocks import MLP, MoEMLP
+from normlab.models.gpt_blocks import MLP, MoEMLP, add_norm
 from normlab.probes.hooks import register_adapter
 
 __all__ = ["RESIDUALS", "Block", "GPTConfig", "TinyGPT", "ln_scaling", "make_block"]
@@ -179,8 +179,8 @@ class Block(nn.Module):
         if self.residual == "pre":
             out = self.attn(self.norm1(h) * self.norm_scale, return_probs=return_probs)
             a, probs = out if return_probs else (out, None)
-            h = h + a
-            h = h + self.mlp(self.norm2(h) * self.norm_scale)
+            y, h = add_norm(self.norm2, a, h)  # h + a and norm2 of it, fused
+            h = h + self.mlp(y * self.norm_scale)
         else:
             out = self.attn(h, return_probs=return_probs)
             a, probs = out if return_probs else (out, None)

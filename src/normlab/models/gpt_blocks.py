@@ -1,4 +1,5 @@
-"""TinyGPT's feed-forward layers: the dense GELU MLP and a top-k mixture of experts.
+"""TinyGPT's feed-forward layers (a dense GELU MLP, a top-k mixture of experts) and its
+fused residual step.
 
 nGPT's block lives in :mod:`normlab.layers.hypersphere` and the attention-residual block
 in :mod:`normlab.attention.depth`; :mod:`normlab.models.gpt` composes them.
@@ -9,8 +10,45 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as _module
 
-__all__ = ["MLP", "MoEMLP"]
+from normlab.layers.norms import LayerNorm, RMSNorm
+
+__all__ = ["MLP", "MoEMLP", "add_norm"]
+
+
+def _hooked(norm: nn.Module) -> bool:
+    # torch keeps the global hooks in module-level dicts; no public accessor exists
+    return bool(
+        norm._forward_hooks
+        or norm._forward_pre_hooks
+        or _module._global_forward_hooks
+        or _module._global_forward_pre_hooks
+    )
+
+
+def add_norm(
+    norm: nn.Module, x: torch.Tensor, residual: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(norm(residual + x), residual + x)``: the pre-norm residual step.
+
+    Fused (one kernel reads ``x`` and ``residual`` and writes both results) where ``norm``
+    is normlab's :class:`~normlab.layers.RMSNorm` or :class:`~normlab.layers.LayerNorm` and
+    no forward hook watches it; otherwise the sum, then the norm, as two calls. Hooks get
+    the unfused call because probes and surgery read a norm's input as its first argument
+    and its output as one tensor. The numbers are the same either way (the sum is rounded
+    to the stream's dtype before it is normalized).
+
+    Examples:
+        >>> import torch
+        >>> y, h = add_norm(RMSNorm(4), torch.ones(1, 4), torch.ones(1, 4))
+        >>> h.tolist(), y.tolist()
+        ([[2.0, 2.0, 2.0, 2.0]], [[1.0, 1.0, 1.0, 1.0]])
+    """
+    if isinstance(norm, (LayerNorm, RMSNorm)) and not _hooked(norm):
+        return norm(x, residual=residual)
+    s = residual + x
+    return norm(s), s
 
 
 class MLP(nn.Module):
