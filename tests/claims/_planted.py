@@ -247,5 +247,74 @@ BROKEN_EFFECT = Claim(
     run=_run_ok,
 )
 
-ALL = (BROKEN_EFFECT, OK, UNTESTABLE, CHECK_FAILS, SLOW, FAILS, STAMPED, TIMED)
+
+def _train_toy(arm, params, seed):
+    """A noisy quadratic in log10(lr) with its optimum at 1e-2, the same for every arm."""
+    import numpy as np
+
+    from normlab.claims.arms import Trained
+
+    rng = np.random.default_rng([seed, round(1e6 * params["lr"])])
+    loss = (math.log10(params["lr"]) + 2) ** 2 + rng.normal(0, 0.05)
+    return Trained(loss, model=(loss, seed))
+
+
+def _test_toy(arm, trained):
+    import numpy as np
+
+    loss, seed = trained.model
+    return {"score": -loss + np.random.default_rng([seed, 7]).normal(0, 0.3)}
+
+
+def _run_handicap(config, seed):
+    from normlab.claims.arms import run_arms
+
+    return run_arms(config, seed, _train_toy, _test_toy, reference=10.0)
+
+
+#: The baseline's grid stops two decades short of the optimum: a handicap its A/A placebo
+#: (the baseline trained through the method's grid) exposes.
+HANDICAP = Claim(
+    id="planted-handicap",
+    paper="A planted paper",
+    hypothesis="the method scores higher, against a baseline tuned on a poor grid",
+    primary=Effect(
+        "score_gap",
+        "method minus baseline score",
+        _score_gap,
+        direction="greater",
+        margin=Margin(0.0, CHOICE),
+        baseline="baseline",
+        method="method",
+    ),
+    headline="none",
+    configs={
+        s: {
+            "seeds": 5,
+            "scale_lr": 1.0,
+            "search": {
+                "per_arm": {
+                    "method": {"lr": [1e-3, 1e-2, 1e-1]},
+                    "baseline": {"lr": [1e-5, 1e-4, 1e-3]},
+                },
+                "extend": 0,
+            },
+        }
+        for s in CONFIGS
+    },
+    run=_run_handicap,
+    premises=(
+        Premise(
+            "baseline_scores",
+            "the baseline's score",
+            lambda m: cell(m, "baseline", "score") + 10,
+            "greater",
+            Margin(0.0, CHOICE),
+        ),
+    ),
+    free_settings=(FreeSetting.scaled("scale_lr", CHOICE),),
+    decisive="scale_lr",
+)
+
+ALL = (BROKEN_EFFECT, OK, UNTESTABLE, CHECK_FAILS, SLOW, FAILS, STAMPED, TIMED, HANDICAP)
 assert all(math.isfinite(c.primary.margin.value) for c in ALL)

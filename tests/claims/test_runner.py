@@ -376,3 +376,24 @@ def test_the_task_key_changes_with_a_numeric_librarys_version(monkeypatch):
     monkeypatch.setattr(tasks, "library_versions", lambda: versions)
     assert tasks.task_key(claim, "smoke", 0) != before
     assert set(tasks.NUMERIC_LIBRARIES) <= set(versions)
+
+
+def test_the_placebo_flags_a_handicapped_baseline_through_the_runner(tmp_path, planted):
+    from normlab.claims.report import write_report
+    from normlab.claims.schema import validate
+
+    claim = planted["planted-handicap"]
+    runner = ClaimRunner(tmp_path, jobs=1)
+    (result,) = runner.run([claim], "quick", placebo=True, robustness="decisive")
+    placebo = result.verdict.placebo
+    assert placebo["status"] == "run" and placebo["flagged"] and placebo["seeds"] == 5
+    assert result.verdict.verdict == "supported"  # the handicapped comparison itself
+    assert {r["setting"] for r in result.verdict.robustness} == {"scale_lr"}
+    assert {r["value"] for r in result.verdict.robustness} == {0.5, 2.0}
+    write_report([result], tmp_path)
+    data = json.loads((tmp_path / "results.json").read_text())
+    validate(data)  # the packaged schema knows the placebo and its tasks
+    record = data["claims"][0]
+    assert record["placebo"]["flagged"] is True
+    kinds = [t["kind"] for t in record["tasks"]]
+    assert kinds.count("placebo") == 5 and kinds.count("neighbour") == 10

@@ -34,6 +34,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from normlab.claims.core import Claim
+from normlab.claims.plan import extra_overrides
 from normlab.claims.results import ClaimResult
 from normlab.claims.tasks import TaskResult
 
@@ -65,16 +66,14 @@ def task_id(result: TaskResult) -> TaskId:
     return result.claim_id, _neighbour(key, value, result.seed)
 
 
-def _task_ids(claim: Claim, scale: str, robustness: bool = False) -> list[TaskId]:
+def _task_ids(
+    claim: Claim, scale: str, robustness: bool | str = False, placebo: bool = False
+) -> list[TaskId]:
     ids: list[TaskId] = [(claim.id, s) for s in claim.seeds(scale)]
     ids += [(claim.id, None)] if claim.checks else []
-    if robustness:
-        ids += [
-            (claim.id, _neighbour(f.key, v, s))
-            for f in claim.free_settings
-            for v in (f.low, f.high)
-            for s in claim.seeds(scale)
-        ]
+    for override in extra_overrides(claim, scale, robustness=robustness, placebo=placebo):
+        ((key, value),) = override.items()
+        ids += [(claim.id, _neighbour(key, value, s)) for s in claim.seeds(scale)]
     return ids
 
 
@@ -216,7 +215,8 @@ class ClaimProgress:
         enabled: bool = True,
         jobs: int = 1,
         expected: Mapping[TaskId, float] | None = None,
-        robustness: bool = False,
+        robustness: bool | str = False,
+        placebo: bool = False,
     ) -> None:
         self.enabled = enabled
         self.progress = Progress(
@@ -229,14 +229,14 @@ class ClaimProgress:
             console=console or Console(stderr=True),
             disable=not enabled,
         )
-        tasks = [t for c in claims for t in _task_ids(c, scale, robustness)]
+        tasks = [t for c in claims for t in _task_ids(c, scale, robustness, placebo)]
         self.estimate = Estimate(tasks, jobs=jobs, expected=expected)
         self.overall = self.progress.add_task(
             f"all ({scale})", total=len(tasks), status="", estimate=self.estimate
         )
         self.rows = {
             c.id: self.progress.add_task(
-                c.id, total=len(_task_ids(c, scale, robustness)), status=""
+                c.id, total=len(_task_ids(c, scale, robustness, placebo)), status=""
             )
             for c in claims
         }

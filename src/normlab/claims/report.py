@@ -39,6 +39,7 @@ from normlab.claims._format import (
     with_unit,
 )
 from normlab.claims.calibration import null_passes
+from normlab.claims.protocol import PLACEBO_KEY
 from normlab.claims.report_html import FigureRef, claim_figure, render_claim, render_index
 from normlab.claims.results import ClaimResult
 from normlab.claims.runner import ClaimRunner
@@ -171,13 +172,24 @@ def _effect_record(e: Any) -> dict[str, Any]:
 
 
 #: Protocol v3 parts of a verdict, written to the record when the verdict has them.
-_OPTIONAL = ("premises", "divergences", "tuning", "null", "robustness", "not_measured")
+_OPTIONAL = (
+    "premises",
+    "divergences",
+    "tuning",
+    "null",
+    "robustness",
+    "not_measured",
+    "placebo",
+)
 
 
 def _task_record(t: TaskResult) -> dict[str, Any]:
-    """One task of a claim record: a main seed, the checks, or a robustness rerun at a
-    neighbour setting (``kind`` "neighbour", never pooled with the main seeds)."""
-    kind = "checks" if t.is_checks else ("neighbour" if t.override else "seed")
+    """One task of a claim record: a main seed, the checks, a robustness rerun at a
+    neighbour setting (``kind`` "neighbour") or an A/A placebo seed (``kind`` "placebo");
+    reruns are never pooled with the main seeds."""
+    kind = "checks" if t.is_checks else ("seed" if not t.override else "neighbour")
+    if t.override and PLACEBO_KEY in t.override:
+        kind = "placebo"
     return {
         "kind": kind,
         "seed": t.seed,
@@ -230,7 +242,7 @@ def claim_record(result: ClaimResult) -> dict[str, Any]:
         record["preconditions"] = [_plain(p) for p in v.preconditions]
     for name in _OPTIONAL:
         value = getattr(v, name, None)
-        if value is not None and (name == "null" or len(value)):
+        if value is not None and (name in ("null", "placebo") or len(value)):
             record[name] = _plain(value)
     if record.get("null"):
         record["null"]["passes"] = null_passes(v.null)

@@ -12,6 +12,7 @@ from typing import Any
 from normlab.claims._format import NO_VERDICT, robustness_status
 from normlab.claims.calibration import null_calibration
 from normlab.claims.core import CheckOutcome, Claim
+from normlab.claims.placebo import judge_placebo
 from normlab.claims.rule import ClaimVerdict, judge_claim
 from normlab.claims.tasks import TaskResult
 
@@ -29,7 +30,7 @@ class ClaimResult:
         checks: the checks task, or None when the claim has no checks.
         verdict: :func:`~normlab.claims.rule.judge_claim`'s record, with the primary's
             null calibration and (after ``--robustness``) its robustness records.
-        neighbours: the robustness reruns' seed tasks.
+        neighbours: the robustness reruns' and the A/A placebo's seed tasks.
     """
 
     claim: Claim
@@ -81,9 +82,13 @@ class ClaimResult:
         scale: str,
         tasks: Iterable[TaskResult],
         neighbours: Iterable[TaskResult] = (),
+        *,
+        placebo: Iterable[TaskResult] = (),
     ) -> ClaimResult:
         """Judge the claim from its finished tasks (a failed task makes it "error"), with
-        the primary's null calibration and the robustness reruns in ``neighbours``."""
+        the primary's null calibration, the robustness reruns in ``neighbours`` and the A/A
+        placebo's tasks in ``placebo``."""
+        neighbours, placebo = list(neighbours), list(placebo)
         tasks = list(tasks)
         seeds = tuple(sorted((t for t in tasks if not t.is_checks), key=lambda t: t.seed or 0))
         checks = next((t for t in tasks if t.is_checks), None)
@@ -105,8 +110,14 @@ class ClaimResult:
                 {**r, "flips": _flips(r["verdict"], verdict.verdict)}
                 for r in _robustness(claim, neighbours, scale)
             )
-            verdict = replace(verdict, null=null, robustness=robust)
-        return cls(claim, scale, seeds, checks, verdict, tuple(neighbours))
+            aa = None
+            if placebo:
+                aa = judge_placebo(
+                    claim, [t.measurement for t in placebo if t.status == "ok" and t.measurement]
+                )
+                aa["failed_tasks"] = sum(t.status != "ok" for t in placebo)
+            verdict = replace(verdict, null=null, robustness=robust, placebo=aa)
+        return cls(claim, scale, seeds, checks, verdict, tuple(neighbours) + tuple(placebo))
 
 
 def _robustness(

@@ -543,6 +543,8 @@ class ClaimVerdict:
             None when not computed.
         robustness: the primary's verdict at each free setting's neighbours.
         not_measured: names of the effects and premises declared only for other scales.
+        placebo: the A/A placebo's verdict (:func:`normlab.claims.placebo.judge_placebo`),
+            or None when it was not run.
     """
 
     verdict: str
@@ -555,6 +557,7 @@ class ClaimVerdict:
     null: dict[str, Any] | None = None
     robustness: tuple[dict[str, Any], ...] = field(default=())
     not_measured: tuple[str, ...] = ()
+    placebo: dict[str, Any] | None = None
 
     @property
     def primary(self) -> EffectVerdict | None:

@@ -1,0 +1,49 @@
+"""Which extra tasks a report runs for a claim beside its seeds: robustness reruns at free
+settings' neighbours and the A/A placebo, as config overrides (one list, read by the
+runner, the progress bars and the command line's task count)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from normlab.claims.core import Claim
+from normlab.claims.placebo import placebo_override
+
+__all__ = ["ROBUSTNESS", "Robustness", "extra_overrides", "robustness_overrides"]
+
+Robustness = Literal["none", "decisive", "all"]
+#: "none": no reruns; "decisive": the neighbours of the claim's decisive free setting;
+#: "all": the neighbours of every free setting.
+ROBUSTNESS: tuple[str, ...] = ("none", "decisive", "all")
+
+
+def _mode(robustness: bool | str) -> str:
+    if robustness is True:
+        return "all"
+    if robustness is False:
+        return "none"
+    if robustness not in ROBUSTNESS:
+        raise ValueError(f"Unknown robustness {robustness!r}; expected one of {ROBUSTNESS}.")
+    return str(robustness)
+
+
+def robustness_overrides(claim: Claim, scale: str, robustness: bool | str) -> list[dict[str, Any]]:
+    """One override per neighbour of the free settings ``robustness`` selects, with the
+    neighbours computed at ``scale`` (relative free settings scale with the config)."""
+    mode = _mode(robustness)
+    if mode == "none":
+        return []
+    settings = [s for s in claim.free_settings if mode == "all" or s.key == claim.decisive]
+    config = claim.config(scale)
+    return [{s.key: v} for s in settings for v in s.neighbours(config)]
+
+
+def extra_overrides(
+    claim: Claim, scale: str, *, robustness: bool | str = False, placebo: bool = False
+) -> list[dict[str, Any]]:
+    """Every extra task's override: the robustness reruns, then the placebo (only for a
+    claim that tunes its arms: an untuned claim has no path to train its baseline on)."""
+    out = robustness_overrides(claim, scale, robustness)
+    if placebo and not claim.untuned and (override := placebo_override(claim)) is not None:
+        out.append(override)
+    return out
