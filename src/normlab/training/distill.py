@@ -17,6 +17,7 @@ from torch import nn
 
 from normlab.models.mlp import ClusterHead
 from normlab.ssl import TeacherNorm
+from normlab.training.fit import fit
 
 __all__ = ["gaussian_mixture", "self_distill"]
 
@@ -50,26 +51,34 @@ def self_distill(
     noise: float = 0.3,
     seed: int = 0,
 ) -> nn.Module:
-    """Train a student/teacher pair on points ``x`` and return the teacher network."""
+    """Train a student/teacher pair on points ``x`` and return the teacher network.
+
+    A student loss that turns non-finite ends the training there (the teacher keeps its
+    last weights)."""
     torch.manual_seed(seed)
     student = ClusterHead(x.shape[1], clusters)
     teacher = copy.deepcopy(student).requires_grad_(False)
     norm = TeacherNorm(clusters, mode=mode, temperature=teacher_temp, momentum=center_momentum)
-    opt = torch.optim.Adam(student.parameters(), lr=lr)
     g = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
+
+    def views(step: int) -> tuple[torch.Tensor, torch.Tensor]:
         xb = x[torch.randint(len(x), (batch,), generator=g)]
-        v1 = xb + noise * torch.randn(xb.shape, generator=g)
-        v2 = xb + noise * torch.randn(xb.shape, generator=g)
+        return (
+            xb + noise * torch.randn(xb.shape, generator=g),
+            xb + noise * torch.randn(xb.shape, generator=g),
+        )
+
+    def loss_fn(m: nn.Module, v: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         with torch.no_grad():
-            q = norm(teacher(torch.cat([v1, v2])))
-        q1, q2 = q.chunk(2)
-        s1, s2 = (torch.log_softmax(student(v) / student_temp, -1) for v in (v1, v2))
-        loss = -((q1 * s2).sum(-1).mean() + (q2 * s1).sum(-1).mean()) / 2
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        with torch.no_grad():
-            for pt, ps in zip(teacher.parameters(), student.parameters(), strict=True):
-                pt.mul_(teacher_momentum).add_(ps, alpha=1 - teacher_momentum)
+            q1, q2 = norm(teacher(torch.cat(v))).chunk(2)
+        s1, s2 = (torch.log_softmax(m(view) / student_temp, -1) for view in v)
+        return -((q1 * s2).sum(-1).mean() + (q2 * s1).sum(-1).mean()) / 2
+
+    @torch.no_grad()
+    def ema(step: int, loss: torch.Tensor) -> None:
+        for pt, ps in zip(teacher.parameters(), student.parameters(), strict=True):
+            pt.mul_(teacher_momentum).add_(ps, alpha=1 - teacher_momentum)
+
+    opt = torch.optim.Adam(student.parameters(), lr=lr)
+    fit(student, loss_fn, views, steps, opt, after_step=ema)
     return teacher.eval()

@@ -5,6 +5,7 @@ outcome.
 A run whose loss turns non-finite (or exceeds ``diverge_above``) stops there and returns a
 :class:`Divergence` (the step and the last finite loss) instead of raising: a diverged arm
 is a result the claims count (see :mod:`normlab.claims.protocol`), never an error.
+:class:`EpochBatches` feeds it epochs of shuffled minibatches.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 
 from normlab._progress import report_progress
 
-__all__ = ["Divergence", "FitResult", "fit"]
+__all__ = ["Divergence", "EpochBatches", "FitResult", "fit"]
 
 Batch = Any
 
@@ -61,6 +62,55 @@ class FitResult:
         return self.losses[-1] if self.losses else math.nan
 
 
+class EpochBatches:
+    """``step -> index batch``: epochs of shuffled minibatches of ``range(n)``, for :func:`fit`.
+
+    At each epoch's first step a fresh permutation of ``range(n)`` is drawn from
+    ``generator`` (its first ``take`` entries when given: a random subset per epoch) and
+    cut into batches of ``batch`` in order, the last one short unless ``drop_last``. Steps
+    must be asked for in order, as :func:`fit` does.
+
+    Args:
+        n: the number of examples.
+        batch: examples per batch.
+        generator: the source of every permutation.
+        take: examples used per epoch (None: all ``n``).
+        drop_last: leave out a short last batch.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        batch: int,
+        generator: torch.Generator,
+        *,
+        take: int | None = None,
+        drop_last: bool = False,
+    ) -> None:
+        if n < 1 or batch < 1:
+            raise ValueError(f"EpochBatches needs n >= 1 and batch >= 1, got {n} and {batch}.")
+        self.n, self.batch, self.generator = n, batch, generator
+        self.used = n if take is None else min(take, n)
+        self.per_epoch = self.used // batch if drop_last else math.ceil(self.used / batch)
+        if self.per_epoch < 1:
+            raise ValueError(f"batch {batch} is larger than the {self.used} examples per epoch.")
+        self._order = torch.empty(0, dtype=torch.long)
+
+    def steps(self, epochs: int) -> int:
+        """Optimizer steps in ``epochs`` epochs."""
+        return epochs * self.per_epoch
+
+    def size(self, step: int) -> int:
+        """The number of examples in ``step``'s batch."""
+        return min(self.batch, self.used - step % self.per_epoch * self.batch)
+
+    def __call__(self, step: int) -> torch.Tensor:
+        i = step % self.per_epoch
+        if i == 0:
+            self._order = torch.randperm(self.n, generator=self.generator)[: self.used]
+        return self._order[i * self.batch : (i + 1) * self.batch]
+
+
 def _batches(batches: Callable[[int], Batch] | Iterable[Batch]) -> Callable[[int], Batch]:
     if callable(batches):
         return batches
@@ -93,11 +143,13 @@ def fit(
     after_step: Callable[[int, torch.Tensor], None] | None = None,
     progress: str | None = None,
     diverge_above: float = math.inf,
+    stop: Callable[[torch.nn.Module], bool] | None = None,
+    train_mode: bool = True,
 ) -> FitResult:
     """Train ``model`` for ``steps`` optimizer steps.
 
     Args:
-        model: the module; put in train mode before every step.
+        model: the module; put in ``train_mode`` before every step.
         loss_fn: ``(model, batch) -> scalar loss``.
         batches: ``step -> batch`` or an iterable of batches.
         steps: optimizer steps.
@@ -112,6 +164,10 @@ def fit(
             nGPT's renormalisation, logging).
         progress: a label for :func:`normlab._progress.report_progress`, or None.
         diverge_above: a finite loss above this also counts as divergence.
+        stop: ``model -> bool`` asked before every step; True ends the run there (a goal
+            reached, not a divergence).
+        train_mode: the mode the model takes before every step; False trains in eval mode
+            (e.g. BatchNorm with its running statistics frozen).
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}.")
@@ -128,12 +184,14 @@ def fit(
     result = FitResult()
     start = time.perf_counter()
     for step in range(steps):
+        if stop is not None and stop(model):
+            break
         if schedule is not None:
             factor = float(schedule(step))
             for opt in opts:
                 for group in opt.param_groups:
                     group["lr"] = group["initial_lr"] * factor
-        model.train()
+        model.train(train_mode)
         loss = loss_fn(model, take(step))
         value = float(loss.detach())
         if not math.isfinite(value) or value > diverge_above:

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.probes.dynamics import norm_curvature
+from normlab.training.fit import fit
 
 __all__ = ["sparse_modular_addition", "train_modular"]
 
@@ -30,7 +31,7 @@ def sparse_modular_addition(
     return x, x[:, list(positions)].sum(1) % p
 
 
-def train_modular(config: Mapping[str, Any], seed: int) -> dict[str, list[float]]:
+def train_modular(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """AdamW on a fixed training set; per step the loss and the max LN Jacobian spectral norm.
 
     Each step draws ``batch`` examples with replacement, or takes the whole set (full-batch,
@@ -39,8 +40,10 @@ def train_modular(config: Mapping[str, Any], seed: int) -> dict[str, list[float]
     computed with (before the update), every ``curvature_every`` steps (default 1).
     Optional keys: ``adam_eps`` (default 1e-8), ``betas`` (default (0.9, 0.98)).
 
-    Returns ``{"loss", "curvature", "curvature_step", "min_scale", "test_acc"}`` (test
-    accuracy at the end; ``curvature_step`` the steps the curvature was measured at).
+    Returns ``{"loss", "curvature", "curvature_step", "min_scale", "test_acc", "diverged"}``
+    (test accuracy at the end; ``curvature_step`` the steps the curvature was measured at;
+    ``diverged`` None, or the record of the step whose loss was not finite, where the run
+    stopped).
     """
     gen = torch.Generator().manual_seed(seed)
     p, length, positions = config["p"], config["length"], tuple(config["positions"])
@@ -70,24 +73,25 @@ def train_modular(config: Mapping[str, Any], seed: int) -> dict[str, list[float]
     )
     every = int(config.get("curvature_every", 1))
     full = config["batch"] >= len(train_y)
-    out: dict[str, list[float]] = {"loss": [], "curvature": [], "curvature_step": []}
-    out["min_scale"] = []
-    for step in range(config["steps"]):
+    out: dict[str, Any] = {"curvature": [], "curvature_step": [], "min_scale": []}
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # the curvature at the parameters this step's loss is computed with
         if step % every == 0:
             rec = norm_curvature(model, lambda m: m(probe_x))
             out["curvature"].append(rec.overall_max)
             out["curvature_step"].append(float(step))
             out["min_scale"].append(min(rec.min_scale))
         if full:
-            xb, yb = train_x, train_y
-        else:
-            idx = torch.randint(0, len(train_y), (config["batch"],), generator=gen)
-            xb, yb = train_x[idx], train_y[idx]
-        loss = F.cross_entropy(model(xb)[:, -1], yb)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        out["loss"].append(loss.item())
+            return train_x, train_y
+        idx = torch.randint(0, len(train_y), (config["batch"],), generator=gen)
+        return train_x[idx], train_y[idx]
+
+    result = fit(
+        model, lambda m, xy: F.cross_entropy(m(xy[0])[:, -1], xy[1]), batch, config["steps"], opt
+    )
+    out["loss"] = result.losses
+    out["diverged"] = None if result.diverged is None else result.diverged.record()
     test_x, test_y = sparse_modular_addition(512, p, length, positions, generator=gen)
     with torch.no_grad():
         acc = float((model(test_x)[:, -1].argmax(-1) == test_y).float().mean())

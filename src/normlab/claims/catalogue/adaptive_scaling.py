@@ -30,6 +30,7 @@ test; F1 is pixel-level over the test set at probability 0.5.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,6 +53,7 @@ from normlab.claims.protocol import tune_arms
 from normlab.data.streaks import streak_frames
 from normlab.models.segnet import TinySegNet
 from normlab.papers import paper
+from normlab.training.fit import Divergence, fit
 
 __all__ = ["ARMS", "CLAIM", "FIXED", "f1_score", "run"]
 
@@ -91,8 +93,9 @@ def _train(
     lr: float,
     config: Mapping[str, Any],
     seed: int,
-) -> tuple[float, float, dict[str, float]]:
-    """Train one arm at one learning rate: validation F1, test F1 and the final curve.
+) -> tuple[float, float, dict[str, float], Divergence | None]:
+    """Train one arm at one learning rate: validation F1, test F1, the final curve and the
+    divergence or None.
 
     The curve (learned and frozen arms; empty otherwise) is ``lo``, ``hi`` and the
     softening ``s`` in robust units of the training pixels.
@@ -103,14 +106,14 @@ def _train(
     pos = float(y.mean())
     # up-weight the rare streak pixels by ((1 - p) / p) ** pos_power (1 = fully balanced)
     pos_weight = torch.tensor(((1 - pos) / max(pos, 1e-6)) ** config["pos_power"])
-    opt = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=lr)
     g = torch.Generator().manual_seed(seed)
-    for _ in range(config["steps"]):
-        i = torch.randint(0, len(x), (config["batch"],), generator=g)
-        loss = F.binary_cross_entropy_with_logits(net(x[i]), y[i], pos_weight=pos_weight)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+    result = fit(
+        net,
+        lambda m, i: F.binary_cross_entropy_with_logits(m(x[i]), y[i], pos_weight=pos_weight),
+        lambda step: torch.randint(0, len(x), (config["batch"],), generator=g),
+        config["steps"],
+        torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=lr),
+    )
     curve: dict[str, float] = {}
     if arm in ("learned", "frozen"):
         sc = net.scaling.requires_grad_(False)
@@ -121,7 +124,7 @@ def _train(
         }
     with torch.no_grad():
         val, test = (f1_score(net(data[s][0]), data[s][1]) for s in ("val", "test"))
-    return val, test, curve
+    return val, test, curve, result.diverged
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -137,15 +140,18 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
 
     def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, tuple]:
         out = _train(arm, data, params["lr"], config, seed)
-        return -out[0], out
+        return (-out[0] if out[3] is None else math.inf), out
 
     tuned, records = tune_arms(config, evaluate)
     table: dict[str, dict[str, float]] = {}
+    diverged: dict[str, Any] = {}
     for arm, t in tuned.items():
-        val, test, curve = t.result
+        val, test, curve, div = t.result
         table[arm] = {"val_f1": val, "test_f1": test, "lr": float(t.chosen["lr"]), **curve}
+        if div is not None:
+            diverged[arm] = div.record()
     table["data"] = {"streak_pixel_fraction": float(data["test"][1].mean())}
-    return {"table": table, "tuning": records}
+    return {"table": table, "tuning": records, "diverged": diverged}
 
 
 def _best_fixed(m: Mapping[str, Any]) -> str:
@@ -194,8 +200,9 @@ def _check_linear_start(config: Mapping[str, Any]) -> CheckOutcome:
     u = torch.linspace(lo, hi, 101)
     curve = torch.asinh(u / s)
     bend = float((curve - u / s).abs().max() / (u / s).abs().max())
-    F.binary_cross_entropy_with_logits(net(x), y).backward()
-    grads = all(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in sc.parameters())
+    loss = F.binary_cross_entropy_with_logits(net(x), y)
+    found = torch.autograd.grad(loss, list(sc.parameters()), allow_unused=True)
+    grads = all(g is not None and bool(g.abs().sum() > 0) for g in found)
     ok = bend < 0.15 and grads
     return CheckOutcome(ok, bend, f"relative bend {bend:.3f} < 0.15; all 3 get gradients: {grads}")
 

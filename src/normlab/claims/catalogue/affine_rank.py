@@ -57,6 +57,7 @@ from normlab.claims.core import (
 from normlab.functional import layer_norm
 from normlab.papers import paper
 from normlab.probes.rank import affine_rank, numerical_rank
+from normlab.training.fit import Divergence, fit
 
 __all__ = ["CLAIM", "ln_rank_trials"]
 
@@ -139,9 +140,12 @@ def _stack_residuals(
     return out
 
 
-def _pgop_trained(config: Mapping[str, Any], seed: int, gated: bool) -> dict[str, float]:
+def _pgop_trained(
+    config: Mapping[str, Any], seed: int, gated: bool
+) -> tuple[dict[str, float], Divergence | None]:
     """Train a one-block causal attention model (plain or PG-OP output projection) to
-    recall the token two positions back; its gate identifiability and final loss.
+    recall the token two positions back; its gate identifiability and final loss, and the
+    divergence, if any.
 
     Both arms start from the same weights (PG-OP's gates at 0 make it the plain projection
     at initialisation), see the same batches and use the same optimizer.
@@ -161,21 +165,26 @@ def _pgop_trained(config: Mapping[str, Any], seed: int, gated: bool) -> dict[str
     params = [*embed.parameters(), pos, *norm.parameters(), *attn.parameters()]
     opt = torch.optim.Adam([*params, *head.parameters()], lr=1e-2)
     g = torch.Generator().manual_seed(seed)
-    losses = []
-    for _ in range(config.get("pgop_steps", 150)):
-        idx = torch.randint(0, vocab, (16, n), generator=g)
+
+    def loss_fn(_: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
         h = embed(idx) + pos
         logits = head(h + attn(norm(h)))
-        loss = torch.nn.functional.cross_entropy(
+        return torch.nn.functional.cross_entropy(
             logits[:, 2:].flatten(0, 1), idx[:, :-2].flatten()
         )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+
+    result = fit(
+        torch.nn.ModuleList([embed, norm, attn, head]),
+        loss_fn,
+        lambda step: torch.randint(0, vocab, (16, n), generator=g),
+        config.get("pgop_steps", 150),
+        opt,
+    )
+    losses = result.losses or [math.nan]
     gains = attn.out.gains(n) if gated else torch.ones(n, heads)
     tail = losses[-max(1, len(losses) // 10) :]
-    return {"gate_identifiability": gate_identifiability(gains), "loss": sum(tail) / len(tail)}
+    row = {"gate_identifiability": gate_identifiability(gains), "loss": sum(tail) / len(tail)}
+    return row, result.diverged
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -191,14 +200,17 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
             "residual_last": curve[-1],
             "log10_drop": math.log10(curve[0] / max(curve[-1], 1e-300)),
         }
-    table["plain-out"] = _pgop_trained(config, seed, gated=False)
-    table["pgop"] = _pgop_trained(config, seed, gated=True)
+    diverged: dict[str, Any] = {}
+    for arm, gated in (("plain-out", False), ("pgop", True)):
+        table[arm], div = _pgop_trained(config, seed, gated=gated)
+        if div is not None:
+            diverged[arm] = div.record()
     trials = ln_rank_trials(
         config["tokens"], config["dim"], config["rank_trials"], torch.Generator().manual_seed(seed)
     )
     for key in ("general", "low"):
         table[f"ln-{key}"] = {"affine_rank_change": sum(trials[key]) / len(trials[key])}
-    return {"table": table, "curves": curves}
+    return {"table": table, "curves": curves, "diverged": diverged}
 
 
 def _check_outcome(values: Sequence[int], expected: int, what: str) -> CheckOutcome:
@@ -227,17 +239,21 @@ def _trained_ln(config: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, 
     attn = MultiheadAttention(d, config["heads"], causal=True)
     head = torch.nn.Linear(d, 32)
     params = [*embed.parameters(), *norm.parameters(), *attn.parameters(), *head.parameters()]
-    opt = torch.optim.Adam(params, lr=1e-2)
-    for _ in range(config.get("train_steps", 60)):
-        idx = torch.randint(0, 32, (16, n), generator=g)
+
+    def loss_fn(_: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
         h = embed(idx)
         logits = head(h + attn(norm(h)))
-        loss = torch.nn.functional.cross_entropy(
+        return torch.nn.functional.cross_entropy(
             logits[:, 1:].flatten(0, 1), idx[:, :-1].flatten()
         )
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+
+    fit(
+        torch.nn.ModuleList([embed, norm, attn, head]),
+        loss_fn,
+        lambda step: torch.randint(0, 32, (16, n), generator=g),
+        config.get("train_steps", 60),
+        torch.optim.Adam(params, lr=1e-2),
+    )
     with torch.no_grad():
         states = embed(torch.randint(0, 32, (1, n), generator=g))[0].double()
     return norm.weight.detach().double(), norm.bias.detach().double(), states

@@ -61,6 +61,7 @@ from normlab.data.images import load_digits_tensors
 from normlab.models.bn_cnn import NormCNN, bn_cnn
 from normlab.papers import paper
 from normlab.surgery.batchnorm import recalibrate_bn
+from normlab.training.fit import Divergence, EpochBatches, fit
 
 __all__ = ["CLAIM", "MODES", "unlearn"]
 
@@ -87,17 +88,15 @@ def _train(
     y: torch.Tensor,
     config: Mapping[str, Any],
     generator: torch.Generator,
-) -> None:
-    opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
-    model.train()
-    for _ in range(config["epochs"]):
-        order = torch.randperm(len(y), generator=generator)
-        for i in range(0, len(y), config["batch"]):
-            idx = order[i : i + config["batch"]]
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+) -> Divergence | None:
+    batches = EpochBatches(len(y), config["batch"], generator)
+    return fit(
+        model,
+        lambda m, idx: F.cross_entropy(m(x[idx]), y[idx]),
+        batches,
+        batches.steps(config["epochs"]),
+        torch.optim.Adam(model.parameters(), lr=config["lr"]),
+    ).diverged
 
 
 def unlearn(
@@ -112,7 +111,7 @@ def unlearn(
     max_steps: int,
     generator: torch.Generator,
     mode: str = "train",
-) -> int:
+) -> tuple[int, Divergence | None]:
     """Unlearn the ``forget`` set in place with ``method`` (one of ``METHODS``).
 
     grad-ascent maximises the forget loss; neggrad+ maximises it while minimising the
@@ -122,27 +121,35 @@ def unlearn(
     and updates its running statistics); ``"eval"`` freezes the running statistics.
 
     Returns:
-        The number of steps taken.
+        The number of steps taken and the divergence, if the loss turned non-finite.
     """
     if method not in METHODS or mode not in MODES:
         raise ValueError(
             f"method must be one of {METHODS} and mode one of {MODES}; got {method!r}, {mode!r}."
         )
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    steps = 0
-    while steps < max_steps and _accuracy(model, *forget) > stop_acc:
-        model.train(mode == "train")
+
+    def draw(step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         i = _batch(len(forget[1]), batch, generator)
-        loss = -F.cross_entropy(model(forget[0][i]), forget[1][i])
-        if method == "neggrad+":
-            j = _batch(len(retain[1]), batch, generator)
-            loss = loss + F.cross_entropy(model(retain[0][j]), retain[1][j])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        steps += 1
+        return i, _batch(len(retain[1]), batch, generator) if method == "neggrad+" else None
+
+    def loss_fn(m: torch.nn.Module, ij: tuple[torch.Tensor, torch.Tensor | None]) -> torch.Tensor:
+        i, j = ij
+        loss = -F.cross_entropy(m(forget[0][i]), forget[1][i])
+        if j is not None:
+            loss = loss + F.cross_entropy(m(retain[0][j]), retain[1][j])
+        return loss
+
+    result = fit(
+        model,
+        loss_fn,
+        draw,
+        max_steps,
+        torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9),
+        stop=lambda m: _accuracy(m, *forget) <= stop_acc,
+        train_mode=mode == "train",
+    )
     model.eval()
-    return steps
+    return result.steps, result.diverged
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -161,11 +168,13 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     ]
     test_keep = data.test_y != target
     test = (data.test_x[test_keep], data.test_y[test_keep])
-    trained = {}
+    trained, base_div = {}, {}
     for norm in ("batch", "group"):
         base = bn_cnn(config["width"], config["depth"], norm=norm, seed=seed)
-        _train(base, data.train_x, data.train_y, config, torch.Generator().manual_seed(seed))
+        gen = torch.Generator().manual_seed(seed)
+        base_div[norm] = _train(base, data.train_x, data.train_y, config, gen)
         trained[norm] = {k: v.clone() for k, v in base.state_dict().items()}
+    diverged: dict[str, Any] = {}
     table: dict[str, dict[str, float]] = {}
 
     def metric(m: NormCNN) -> dict[str, float]:
@@ -176,7 +185,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         model = bn_cnn(config["width"], config["depth"], norm=norm, seed=seed)
         model.load_state_dict(trained[norm])
         row = {"forget_acc_trained": _accuracy(model, *forget)}
-        steps = unlearn(
+        steps, div = unlearn(
             model,
             method,
             forget,
@@ -205,7 +214,9 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         attack_gap = row["forget_acc_attacker"] - row["forget_acc"]
         row["attacker_fraction"] = attack_gap / max(row["recal_gap"], 0.01)
         table[f"{norm}/{method}/{mode}"] = row
-    return {"table": table, "forget_class": target}
+        if (div := base_div[norm] or div) is not None:
+            diverged[f"{norm}/{method}/{mode}"] = div.record()
+    return {"table": table, "forget_class": target, "diverged": diverged}
 
 
 def _check_groupnorm(config: Mapping[str, Any]) -> CheckOutcome:

@@ -17,6 +17,7 @@ network learns but has room to improve (its mean accuracy is above chance and be
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ from normlab.functional import manifolds as MF
 from normlab.layers.riemannian import HPDBatchNorm
 from normlab.models.spd_net import SiegelNet, SPDNet, clutter_covariances, siegel_clutter
 from normlab.papers import paper
+from normlab.training.fit import EpochBatches, fit
 
 __all__ = ["CLAIM", "run"]
 
@@ -72,7 +74,8 @@ ARMS = {
 
 
 def _train(config: Mapping[str, Any], seed: int, arm: str, lr: float, splits) -> dict:
-    """Train one arm; per-epoch validation and test accuracy curves."""
+    """Train one arm; per-epoch validation and test accuracy curves (up to the divergence,
+    if the loss turned non-finite) and the divergence or None."""
     kind, bn, dispersion = ARMS[arm]
     train, val, test = splits[kind]
     torch.manual_seed(seed)
@@ -81,21 +84,23 @@ def _train(config: Mapping[str, Any], seed: int, arm: str, lr: float, splits) ->
         net = SPDNet(config["n"], config["m"], classes, bn=bn, dispersion=dispersion)
     else:
         net = SiegelNet(config["siegel_n"], classes, bn=bn, dispersion=dispersion)
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
-    order = torch.Generator().manual_seed(seed)
+    batches = EpochBatches(len(train.y), config["batch"], torch.Generator().manual_seed(seed))
     val_accs, test_accs = [], []
-    for _ in range(config["epochs"]):
-        net.train()
-        perm = torch.randperm(len(train.y), generator=order)
-        for i in range(0, len(perm), config["batch"]):
-            idx = perm[i : i + config["batch"]]
-            loss = F.cross_entropy(net(train.x[idx]), train.y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        val_accs.append(_accuracy(net, val))
-        test_accs.append(_accuracy(net, test))
-    return {"val": val_accs, "test": test_accs}
+
+    def after_step(step: int, loss: torch.Tensor) -> None:
+        if (step + 1) % batches.per_epoch == 0:
+            val_accs.append(_accuracy(net, val))
+            test_accs.append(_accuracy(net, test))
+
+    result = fit(
+        net,
+        lambda m, idx: F.cross_entropy(m(train.x[idx]), train.y[idx]),
+        batches,
+        batches.steps(config["epochs"]),
+        torch.optim.Adam(net.parameters(), lr=lr),
+        after_step=after_step,
+    )
+    return {"val": val_accs, "test": test_accs, "diverged": result.diverged}
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -111,19 +116,23 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
 
     def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, dict]:
         curves = _train(config, seed, arm, params["lr"], splits)
+        if curves["diverged"] is not None:
+            return math.inf, curves
         return -sum(curves["val"]) / len(curves["val"]), curves
 
     tuned, records = tune_arms(config, evaluate)
-    table, curves = {}, {}
+    table, curves, diverged = {}, {}, {}
     for name, t in tuned.items():
-        accs = t.result["test"]
+        accs = t.result["test"] or [math.nan]
         table[name] = {
             "mean_acc": sum(accs) / len(accs),
             "final_acc": accs[-1],
             "lr": t.chosen["lr"],
         }
         curves[name] = accs
-    return {"table": table, "curves": curves, "tuning": records}
+        if t.result["diverged"] is not None:
+            diverged[name] = t.result["diverged"].record()
+    return {"table": table, "curves": curves, "tuning": records, "diverged": diverged}
 
 
 def _check_manifold(config: Mapping[str, Any]) -> CheckOutcome:

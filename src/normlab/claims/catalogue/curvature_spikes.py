@@ -111,8 +111,10 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         raise ValueError("curvature-spikes needs the curvature at every step (curvature_every=1).")
     seed_everything(seed)
     out = train_modular(config, seed)
+    # a diverged run stops before its non-finite step's loss: align the two series
+    out["curvature"] = out["curvature"][: len(out["loss"])]
     stats = coincidence(out["loss"], out["curvature"], config)
-    stats["final_loss"] = out["loss"][-1]
+    stats["final_loss"] = out["loss"][-1] if out["loss"] else math.nan
     stats["test_acc"] = out["test_acc"][0]
     table = {
         "modular": stats,
@@ -122,6 +124,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     return {
         "table": table,
         "curves": {"loss": out["loss"], "curvature": out["curvature"]},
+        "diverged": {} if out["diverged"] is None else {"modular": out["diverged"]},
     }
 
 

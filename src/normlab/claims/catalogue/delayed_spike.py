@@ -47,15 +47,17 @@ from normlab.claims.core import (
 from normlab.models.bn_linear import BNLinear, waiting_time_bound, whitened_regression
 from normlab.papers import paper
 from normlab.probes.dynamics import EffectiveLR
+from normlab.training.fit import Divergence, fit
 
 __all__ = ["CLAIM", "run", "trajectory"]
 
 
 def trajectory(
     config: Mapping[str, Any], seed: int, *, bn: bool, lr: float | None = None
-) -> dict[str, list[float]]:
+) -> tuple[dict[str, list[float]], Divergence | None]:
     """Loss, kappa, effective lr and angle per step of full-batch GD (``lr`` defaults to
-    ``config["lr"]``)."""
+    ``config["lr"]``), measured before each step, and the divergence or None: a loss that
+    turns non-finite is recorded and ends the run there."""
     gen = seed_everything(seed)
     data = whitened_regression(
         config["n"], config["d"], signal=config["signal"], noise=config["noise"], generator=gen
@@ -71,16 +73,16 @@ def trajectory(
     tracker = EffectiveLR(opt)
     th = data.theta_hat
     out: dict[str, list[float]] = {"loss": [], "kappa": [], "eff_lr": [], "angle": []}
-    for step in range(config["steps"]):
-        loss = 0.5 * (data.y - model(data.x)).square().mean()
+
+    def loss_fn(m: torch.nn.Module, step: int) -> torch.Tensor:
+        loss = 0.5 * (data.y - m(data.x)).square().mean()
         out["loss"].append(loss.item())
         out["kappa"].append(model.kappa(th, lr))
         out["angle"].append(model.angle(th))
         out["eff_lr"].append(tracker.record(step).effective_lr[0])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return out
+        return loss
+
+    return out, fit(model, loss_fn, lambda step: step, config["steps"], opt).diverged
 
 
 def _summary(tr: Mapping[str, list[float]], phi_on: float) -> dict[str, float]:
@@ -123,13 +125,15 @@ def _summary(tr: Mapping[str, list[float]], phi_on: float) -> dict[str, float]:
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """The BN model above and below the threshold and the no-BN control, on the same data
     and initial direction."""
-    table, curves = {}, {}
+    table, curves, diverged = {}, {}, {}
     arms = (("bn", True, config["lr"]), ("bn-below", True, config["lr_below"]))
     for name, bn, lr in (*arms, ("no-bn", False, config["lr"])):
-        tr = trajectory(config, seed, bn=bn, lr=lr)
+        tr, div = trajectory(config, seed, bn=bn, lr=lr)
         table[name] = _summary(tr, config["phi_on"])
         curves[name] = tr
-    return {"table": table, "curves": curves}
+        if div is not None:
+            diverged[name] = div.record()
+    return {"table": table, "curves": curves, "diverged": diverged}
 
 
 def _check_angle_map(config: Mapping[str, Any]) -> CheckOutcome:

@@ -187,14 +187,13 @@ def _check_manifold(config: Mapping[str, Any]) -> CheckOutcome:
     model = build("nonorm-macro", cfg, 0)
     opts = _optimizers(model, "nonorm-macro", 1e-3, 0.05, 0.0)
     g = torch.Generator().manual_seed(0)
-    for _ in range(100):
-        x, y = sample_batch(corpus("train"), 4, 16, g)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-        for opt in opts:
-            opt.zero_grad()
-        loss.backward()
-        for opt in opts:
-            opt.step()
+    fit(
+        model,
+        lambda m, xy: F.cross_entropy(m(xy[0]).flatten(0, 1), xy[1].flatten()),
+        lambda step: sample_batch(corpus("train"), 4, 16, g),
+        100,
+        opts,
+    )
     worst = max(
         float((p.detach().norm(dim=1) - 1).abs().max()) for p in opts[0].param_groups[0]["params"]
     )

@@ -45,11 +45,11 @@ from normlab.claims.core import (
     Premise,
     register_claim,
 )
-from normlab.claims.protocol import diverged as diverged_record
 from normlab.claims.protocol import tune_arms
 from normlab.data.darcy import darcy_dataset
 from normlab.models.operator import operator_net
 from normlab.papers import paper
+from normlab.training.fit import Divergence, EpochBatches, fit
 
 __all__ = ["CLAIM", "moment_mismatch_slopes", "relative_l2"]
 
@@ -129,7 +129,10 @@ def _train_operator(
     config: Mapping[str, Any],
     seed: int,
     lr: float,
-) -> tuple[torch.nn.Module, list[float]]:
+) -> tuple[torch.nn.Module, list[float], Divergence | None]:
+    """Adam with a one-cycle schedule over epochs of full batches; the model, each epoch's
+    mean loss (the last over the steps run, if the loss turned non-finite) and the
+    divergence or None."""
     torch.manual_seed(seed)
     model = operator_net(
         norm,
@@ -139,25 +142,27 @@ def _train_operator(
         norm_kwargs=kwargs,
     )
     x, y = train
-    batch, n = config["batch"], len(x)
-    steps = config["epochs"] * (n // batch)
+    batches = EpochBatches(
+        len(x), config["batch"], torch.Generator().manual_seed(seed), drop_last=True
+    )
+    steps = batches.steps(config["epochs"])
     opt = torch.optim.Adam(model.parameters(), lr=lr)
+    # OneCycleLR also cycles Adam's beta1, which fit's lr-only schedule cannot express
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
-    g = torch.Generator().manual_seed(seed)
-    losses = []
-    for _ in range(config["epochs"]):
-        order = torch.randperm(n, generator=g)
-        total = 0.0
-        for i in range(0, n - batch + 1, batch):
-            idx = order[i : i + batch]
-            loss = relative_l2(model(x[idx]), y[idx]).mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            total += loss.item()
-        losses.append(total / (n // batch))
-    return model, losses
+    result = fit(
+        model,
+        lambda m, idx: relative_l2(m(x[idx]), y[idx]).mean(),
+        batches,
+        steps,
+        opt,
+        after_step=lambda step, loss: sched.step(),
+    )
+    per = batches.per_epoch
+    losses = [
+        sum(result.losses[i : i + per]) / len(result.losses[i : i + per])
+        for i in range(0, result.steps, per)
+    ]
+    return model, losses, result.diverged
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -178,27 +183,27 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     first, last = config["test_res"][0], config["test_res"][-1]
 
     def evaluate(name: str, params: dict[str, Any]) -> tuple[float, Any]:
-        model, losses = _train_operator(*NORMS[name], train, config, seed, params["lr"])
+        model, losses, div = _train_operator(*NORMS[name], train, config, seed, params["lr"])
         model.eval()
         with torch.no_grad():
             val_err = float(relative_l2(model(val[0]), val[1]).mean())
-        if not math.isfinite(losses[-1]):
-            return math.inf, (model, losses)
-        return val_err, (model, losses)
+        if div is not None:
+            return math.inf, (model, losses, div)
+        return val_err, (model, losses, div)
 
     tuned, records = tune_arms(config, evaluate)
     curves["operator"] = {}
     diverged = {}
     for name, t in tuned.items():
-        model, losses = t.result
-        if not math.isfinite(t.val):  # every lr diverged: the arm counts as predicting 0
-            diverged[name] = diverged_record(len(losses), losses[-1])
+        model, losses, div = t.result
+        if div is not None:  # every lr diverged: the arm counts as predicting 0
+            diverged[name] = div.record()
         with torch.no_grad():
             errors = {r: float(relative_l2(model(x), y).mean()) for r, (x, y) in tests.items()}
         table[name] = {
             **{f"rel_err_{r}": e for r, e in errors.items()},
             "growth": errors[last] / errors[first] - 1.0,
-            "final_train_loss": losses[-1],
+            "final_train_loss": losses[-1] if losses else math.nan,
             "val_err": t.val,
             "lr": t.chosen["lr"],
         }

@@ -44,6 +44,7 @@ from normlab.data.images import load_digits_tensors
 from normlab.models.pinn import PINN, ResidualCNN, poisson_loss, relative_l2
 from normlab.optim import StableGrad
 from normlab.papers import paper
+from normlab.training.fit import Divergence, EpochBatches, fit
 
 __all__ = ["CLAIM", "run"]
 
@@ -59,29 +60,42 @@ def _optimizer(model: torch.nn.Module, arm: str, lr: float):
     return StableGrad(opt, reference="last" if arm.endswith("last") else "output")
 
 
+def _watched_loss(
+    opt: torch.optim.Optimizer, arm: str, loss_and_output: tuple[torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
+    """The loss, after StableGrad's output reference has watched the network output."""
+    loss, out = loss_and_output
+    if arm == "stablegrad":
+        opt.watch(out)
+    return loss
+
+
 def _train_pinn(depth: int, arm: str, lr: float, config: Mapping[str, Any], seed: int):
-    """Train one PINN; ``(validation physics loss, relative L2 error, diverged)``."""
+    """Train one PINN; ``(validation physics loss, relative L2 error, divergence or None)``.
+
+    A run whose held-out loss is not finite after the last step diverged there."""
     torch.manual_seed(seed)
     model = PINN(depth, config["width"])
     opt = _optimizer(model, arm, lr)
     g = torch.Generator().manual_seed(seed)
     held_out = torch.rand(256, 1, generator=torch.Generator().manual_seed(90_000 + seed))
-    for _ in range(config["steps"]):
-        x = torch.rand(config["points"], 1, generator=g)
-        opt.zero_grad(set_to_none=True)
-        loss, u = poisson_loss(model, x)
-        if not torch.isfinite(loss):
-            return math.inf, math.inf, True
-        if arm == "stablegrad":
-            opt.watch(u)
-        loss.backward()
-        opt.step()
+    result = fit(
+        model,
+        lambda m, x: _watched_loss(opt, arm, poisson_loss(m, x)),
+        lambda step: torch.rand(config["points"], 1, generator=g),
+        config["steps"],
+        opt,
+    )
+    if result.diverged is not None:
+        return math.inf, math.inf, result.diverged
     val = poisson_loss(model, held_out)[0].item()
-    return val, relative_l2(model), not math.isfinite(val)
+    if not math.isfinite(val):
+        return val, relative_l2(model), Divergence(result.steps, result.final_loss)
+    return val, relative_l2(model), None
 
 
 def _train_cnn(data, arm: str, lr: float, config: Mapping[str, Any], seed: int):
-    """Train the BN-free CNN; ``(validation accuracy, test accuracy)``."""
+    """Train the BN-free CNN; ``(validation accuracy, test accuracy, divergence or None)``."""
     torch.manual_seed(seed)
     model = ResidualCNN(config["cnn_blocks"], config["cnn_width"])
     opt = _optimizer(model, arm, lr)
@@ -90,21 +104,17 @@ def _train_cnn(data, arm: str, lr: float, config: Mapping[str, Any], seed: int):
     n_val = n // 5
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     val, train = order[:n_val], order[n_val:]
-    batch = config["cnn_batch"]
-    for _ in range(config["cnn_epochs"]):
-        perm = train[torch.randperm(len(train), generator=g)]
-        for i in range(0, len(perm), batch):
-            idx = perm[i : i + batch]
-            opt.zero_grad(set_to_none=True)
-            out = model(data.train_x[idx])
-            if arm == "stablegrad":
-                opt.watch(out)
-            F.cross_entropy(out, data.train_y[idx]).backward()
-            opt.step()
+    batches = EpochBatches(len(train), config["cnn_batch"], g)
+
+    def loss_fn(m: torch.nn.Module, pos: torch.Tensor) -> torch.Tensor:
+        out = m(data.train_x[train[pos]])
+        return _watched_loss(opt, arm, (F.cross_entropy(out, data.train_y[train[pos]]), out))
+
+    result = fit(model, loss_fn, batches, batches.steps(config["cnn_epochs"]), opt)
     with torch.no_grad():
         val_acc = float((model(data.train_x[val]).argmax(1) == data.train_y[val]).float().mean())
         acc = float((model(data.test_x).argmax(1) == data.test_y).float().mean())
-    return val_acc, acc
+    return val_acc, acc, result.diverged
 
 
 #: Every tuned arm: optimizer and where it trains (the shallow or deep PINN, the CNN).
@@ -120,8 +130,9 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     def evaluate(name: str, params: dict[str, Any]) -> tuple[float, dict]:
         arm, where = name.rsplit("-", 1)
         if where == "cnn":
-            val_acc, acc = _train_cnn(data, arm, params["lr"], config, seed)
-            return -val_acc, {"test_acc": acc, "val_acc": val_acc}
+            val_acc, acc, div = _train_cnn(data, arm, params["lr"], config, seed)
+            score = -val_acc if div is None else math.inf
+            return score, {"test_acc": acc, "val_acc": val_acc, "diverged": div}
         depth = max(config["depths"]) if where == "deep" else min(config["depths"])
         val, err, div = _train_pinn(depth, arm, params["lr"], config, seed)
         row = {"rel_l2": err, "log10_rel_l2": math.log10(max(err, 1e-30)), "val_loss": val}
@@ -132,9 +143,11 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     diverged: dict[str, Any] = {}
     for name, t in tuned.items():
         row = dict(t.result)
-        if row.pop("diverged", False):  # counts as the zero function (error 1)
-            diverged[name] = {"step": config["steps"], "last": None}
-            row = {"rel_l2": 1.0, "log10_rel_l2": 0.0, "val_loss": None}
+        div = row.pop("diverged", None)
+        if div is not None:
+            diverged[name] = div.record()
+            if "rel_l2" in row:  # a diverged PINN counts as the zero function (error 1)
+                row = {"rel_l2": 1.0, "log10_rel_l2": 0.0, "val_loss": None}
         table[name] = {**row, "lr": float(t.chosen["lr"])}
     return {
         "table": table,
@@ -154,7 +167,9 @@ def _check_forward(config: Mapping[str, Any]) -> CheckOutcome:
     la, ua = poisson_loss(a, x)
     lb, ub = poisson_loss(b, x)
     same = bool(torch.equal(ua, ub) and torch.equal(la, lb))
-    la.backward()
+    params = list(a.parameters())
+    for p, grad in zip(params, torch.autograd.grad(la, params), strict=True):
+        p.grad = grad
     ref = opt.reference_std()
     opt.step()
     stds = [float(p.grad.double().std(correction=0)) for p in a.parameters() if p.dim() >= 2]

@@ -35,6 +35,7 @@ from normlab.claims.core import Claim, Effect, FreeSetting, Margin, Premise, reg
 from normlab.models.regression import ResidualMLP, polynomial_task
 from normlab.papers import paper
 from normlab.probes.geometry import GeometryProfile, distortion, layer_profile, tale_prune
+from normlab.training.fit import Divergence, fit
 
 __all__ = ["CLAIM"]
 
@@ -50,16 +51,16 @@ def _train(
     y: torch.Tensor,
     config: Mapping[str, Any],
     generator: torch.Generator,
-) -> None:
-    opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
-    model.train()
-    for _ in range(config["steps"]):
-        i = torch.randint(0, len(x), (config["batch"],), generator=generator)
-        loss = F.mse_loss(model(x[i]), y[i])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+) -> Divergence | None:
+    result = fit(
+        model,
+        lambda m, i: F.mse_loss(m(x[i]), y[i]),
+        lambda step: torch.randint(0, len(x), (config["batch"],), generator=generator),
+        config["steps"],
+        torch.optim.Adam(model.parameters(), lr=config["lr"]),
+    )
     model.eval()
+    return result.diverged
 
 
 def _profile_gap(id_profile: GeometryProfile, ood_profile: GeometryProfile) -> float:
@@ -120,7 +121,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     depth, remove = config["depth"], config["max_remove"]
     model = ResidualMLP(1, config["width"], depth)
     x, y = task.sample(config["train"], generator)
-    _train(model, x, y, config, generator)
+    div = _train(model, x, y, config, generator)
     n, full = config["eval"], list(range(depth))
     data = {
         (dist, part): task.sample(n, generator, ood=dist == "ood")
@@ -152,7 +153,9 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         curves["id_profile_ood_pruned"] = layer_profile(
             model.hidden_states(data["id", "test"][0], layers=curves["ood"]["tale"]["best_kept"])
         ).to_dict()
-    return {"table": table, "curves": curves}
+    # every arm is a pruning of the one trained network: if it diverged, so did they all
+    diverged = {} if div is None else {arm: div.record() for arm in table}
+    return {"table": table, "curves": curves, "diverged": diverged}
 
 
 def _figure(measurements: Sequence[dict[str, Any]]):

@@ -44,12 +44,12 @@ from normlab.claims.core import (
     difference,
     register_claim,
 )
-from normlab.claims.protocol import diverged as diverged_record
 from normlab.claims.protocol import tune_arms
 from normlab.data.images import load_digits_tensors
 from normlab.layers import ZCSwish
 from normlab.models.conv import PlainCNN, plain_cnn
 from normlab.papers import paper
+from normlab.training.fit import Divergence, EpochBatches, fit
 
 __all__ = ["CLAIM", "layer_mean_profile", "mean_drift"]
 
@@ -88,22 +88,23 @@ def _train(
     config: Mapping[str, Any],
     lr: float,
     generator: torch.Generator,
-) -> list[float]:
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    n = len(y) if config.get("train_size") is None else min(config["train_size"], len(y))
+) -> tuple[list[float], Divergence | None]:
+    """Adam over epochs of ``train_size`` shuffled images; each epoch's mean loss (the last
+    one over the steps run, when the run diverged) and the divergence, if any."""
+    batches = EpochBatches(len(y), config["batch"], generator, take=config.get("train_size"))
+    result = fit(
+        model,
+        lambda m, idx: F.cross_entropy(m(x[idx]), y[idx]),
+        batches,
+        batches.steps(config["epochs"]),
+        torch.optim.Adam(model.parameters(), lr=lr),
+    )
     losses = []
-    for _ in range(config["epochs"]):
-        order = torch.randperm(len(y), generator=generator)[:n]
-        total = 0.0
-        for i in range(0, n, config["batch"]):
-            idx = order[i : i + config["batch"]]
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(idx)
-        losses.append(total / n)
-    return losses
+    for start in range(0, result.steps, batches.per_epoch):
+        steps = range(start, min(start + batches.per_epoch, result.steps))
+        total = sum(result.losses[s] * batches.size(s) for s in steps)
+        losses.append(total / sum(batches.size(s) for s in steps))
+    return losses, result.diverged
 
 
 @torch.no_grad()
@@ -131,27 +132,27 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         model = plain_cnn(int(depth), config["width"], _activation(act))
         drift_init = mean_drift(model, probe)
         gen = torch.Generator().manual_seed(seed)
-        losses = _train(model, train_x, train_y, config, params["lr"], gen)
-        if not all(map(math.isfinite, losses)):
-            return math.inf, (model, losses, drift_init)
-        return 1.0 - _accuracy(model, val_x, val_y), (model, losses, drift_init)
+        losses, div = _train(model, train_x, train_y, config, params["lr"], gen)
+        if div is not None:
+            return math.inf, (model, losses, drift_init, div)
+        return 1.0 - _accuracy(model, val_x, val_y), (model, losses, drift_init, div)
 
     tuned, records = tune_arms(config, evaluate)
     table: dict[str, dict[str, float]] = {}
     curves: dict[str, Any] = {}
     diverged: dict[str, Any] = {}
     for name, t in tuned.items():
-        model, losses, drift_init = t.result
+        model, losses, drift_init, div = t.result
         table[name] = {
             "test_acc": _accuracy(model, data.test_x, data.test_y),
             "val_acc": 1.0 - t.val if math.isfinite(t.val) else 0.0,
             "mean_drift": mean_drift(model, probe),
             "mean_drift_init": drift_init,
-            "final_train_loss": losses[-1],
+            "final_train_loss": losses[-1] if losses else math.nan,
             "lr": t.chosen["lr"],
         }
-        if not math.isfinite(t.val):
-            diverged[name] = diverged_record(len(losses), losses[-1])
+        if div is not None:
+            diverged[name] = div.record()
         curves[name] = {"train_loss": losses, "layer_mean": layer_mean_profile(model, probe)}
     out = {"table": table, "curves": curves, "depths": list(config["depths"])}
     return {**out, "tuning": records, "diverged": diverged}
