@@ -41,6 +41,10 @@ _ALL = (
     Paper("sparsemax", "From Softmax to Sparsemax (Martins & Astudillo, 2016)"),
     Paper("entmax", "Sparse Sequence-to-Sequence Models (Peters et al., 2019)"),
     Paper(
+        "dyt-original",
+        "Transformers without Normalization (Zhu, Chen, He, LeCun & Liu, CVPR 2025)",
+    ),
+    Paper(
         "dyt",
         "DyT as a Regime-Dependent Implicit Regularizer",
         "Dynamic Tanh (DyT) removes LayerNorm by bounding activations",

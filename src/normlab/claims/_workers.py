@@ -6,20 +6,26 @@ changes). SIGTERM of the parent raises :class:`SystemExit` in its main thread wh
 pool is open, and leaving the pool on any exception terminates the workers instead of
 waiting for their tasks. With the workers gone, multiprocessing's resource tracker sees its
 pipe close and exits too.
+
+Spawned workers import the parent's ``__main__`` again: a script whose top-level code is not
+under ``if __name__ == "__main__":`` would run again in every worker, so
+:func:`unguarded_main` lets the caller see that before starting a pool.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
-__all__ = ["guarded_pool"]
+__all__ = ["Terminated", "guarded_pool", "sigterm_raises", "unguarded_main"]
 
 #: Seconds between two looks at the parent's pid.
 POLL = 0.2
@@ -38,12 +44,18 @@ def _init_worker(parent: int) -> None:
     threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
 
 
+class Terminated(SystemExit):
+    """SIGTERM, raised in the main thread so that cleanup runs; exit status 128 + 15."""
+
+
 def _raise_exit(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+    raise Terminated(128 + signum)
 
 
 @contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
+def sigterm_raises() -> Iterator[None]:
+    """Within this block SIGTERM raises :class:`Terminated` in the main thread (elsewhere
+    it does nothing), so ``finally`` blocks and handlers run before the process exits."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -76,10 +88,50 @@ def guarded_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
         initializer=_init_worker,
         initargs=(os.getpid(),),
     )
-    with _sigterm_raises():
+    with sigterm_raises():
         try:
             yield pool
         except BaseException:
             _terminate(pool)
             raise
         pool.shutdown(wait=True)
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    """Whether ``node`` is ``if __name__ == "__main__":`` (either operand order)."""
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return False
+    operands = [node.test.left, *node.test.comparators]
+    names = {o.id for o in operands if isinstance(o, ast.Name)}
+    values = {o.value for o in operands if isinstance(o, ast.Constant)}
+    return names == {"__name__"} and values == {"__main__"}
+
+
+def unguarded_main() -> str | None:
+    """The file of ``__main__`` when spawned workers would run its top-level code again.
+
+    A spawned worker re-imports the parent's main module (multiprocessing's
+    ``_fixup_main_from_name`` / ``_fixup_main_from_path``) unless it is a package's
+    ``__main__`` or the interpreter has no main file (``-c``, a REPL, a notebook). A file
+    with an ``if __name__ == "__main__":`` block is taken as guarded; one that has none, or
+    that cannot be read, is not.
+
+    Returns:
+        The path of the unguarded main file, or None when a spawn pool is safe.
+    """
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None:
+        if spec.name == "__main__" or spec.name.endswith(".__main__"):
+            return None
+        path = spec.origin
+    else:
+        path = getattr(main, "__file__", None)
+    if not path or not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return path
+    return None if any(_is_main_guard(node) for node in tree.body) else path

@@ -50,12 +50,24 @@ def resolve_claims(ids: Sequence[str] | None) -> list[Claim]:
     (``bn_geometry`` is ``bn-geometry``).
 
     Raises:
-        KeyError: an unknown id (the message lists the valid ones).
+        KeyError: an unknown id (the message names the closest ids).
     """
     if not ids:
         return all_claims()
     known = {_canonical(c.id): c.id for c in all_claims()}
-    return [get_claim(known.get(_canonical(i), i)) for i in dict.fromkeys(ids)]
+    for claim_id in ids:
+        if _canonical(claim_id) not in known:
+            raise KeyError(_unknown(claim_id, list(known)))
+    return [get_claim(known[_canonical(i)]) for i in dict.fromkeys(ids)]
+
+
+def _unknown(claim_id: str, known: list[str]) -> str:
+    """The message for an unknown claim id: its closest ids, or where the list is."""
+    import difflib
+
+    close = difflib.get_close_matches(_canonical(claim_id), known, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}?" if close else "no id is close to it;"
+    return f"Unknown claim {claim_id!r}: {hint} `normlab list claims` lists all {len(known)}."
 
 
 def run(
@@ -69,7 +81,8 @@ def run(
     address: str | None = None,
     on_result: Callable[[TaskResult], None] | None = None,
     progress: bool = False,
-    robustness: bool | None = None,
+    robustness: bool | str | None = None,
+    placebo: bool | None = None,
 ) -> Report:
     """Run claims at ``scale`` (cached and resumable) and write the report to ``out``.
 
@@ -85,14 +98,21 @@ def run(
         address: the Ray cluster address (only with ``backend="ray"``).
         on_result: called with each finished task.
         progress: show progress bars on stderr (a bar per claim and the time left).
-        robustness: also rerun each claim's seeds at its free settings' neighbours and mark
-            its verdict robust or fragile; None (the default) does so at full scale only.
+        robustness: rerun each claim's seeds at free settings' neighbours and mark its
+            verdict robust or fragile: "decisive" (its decisive setting's neighbours),
+            "all" or True (every free setting's), "none" or False; None (the default) is
+            "all" at full scale and "none" otherwise.
+        placebo: also run the A/A placebo of every tuned claim (the baseline trained again
+            through the method's path; see :mod:`normlab.claims.placebo`); None (the
+            default) runs it at full scale only.
 
     Raises:
-        KeyError: an unknown claim id (the message lists the valid ones).
+        KeyError: an unknown claim id (the message names the closest ids).
         ValueError: an unknown scale or backend, ``jobs`` < 1, or ``address`` without
             ``backend="ray"``.
         PermissionError: ``out`` cannot be written (before any work).
+        ConnectionError: no Ray cluster answers at ``address`` (before any work), or it
+            refuses this driver (its message says how to give it the cluster's token).
     """
     from normlab.claims.core import SCALES
     from normlab.claims.progress import ClaimProgress, expected_seconds
@@ -107,7 +127,9 @@ def run(
         )
     claims = resolve_claims(ids)
     if robustness is None:
-        robustness = scale == "full"
+        robustness = "all" if scale == "full" else "none"
+    if placebo is None:
+        placebo = scale == "full"
     runner = ClaimRunner(out, jobs=jobs, backend=backend, address=address, force=force)
     bars = ClaimProgress(
         claims,
@@ -116,6 +138,7 @@ def run(
         jobs=runner.jobs,
         expected=expected_seconds(out, scale),
         robustness=robustness,
+        placebo=placebo,
     )
 
     def report(result: TaskResult) -> None:
@@ -125,6 +148,6 @@ def run(
 
     runner.on_result = report
     with bars:
-        results = tuple(runner.run(claims, scale, robustness=robustness))
+        results = tuple(runner.run(claims, scale, robustness=robustness, placebo=placebo))
     index = write_report(results, out, merge=bool(ids), runner=runner)
     return Report(results, scale, Path(out), index, index.parent / "results.json")

@@ -11,7 +11,13 @@ on, and the failed task is tried again next time. A cached file that cannot be r
 cache miss, with a warning naming the file.
 
 Worker processes exit when the process that started them dies (SIGKILL included), and
-SIGTERM of the parent terminates its workers before it exits.
+SIGTERM of the parent terminates its workers before it exits. A script whose top-level code
+is not under ``if __name__ == "__main__":`` cannot start spawned workers (each would run the
+script again), so its tasks run in its own process, with a note.
+
+On Ray, each task carries the driver's :func:`code_identity` (the inputs of its cache key)
+and a worker whose own differs refuses it, so no result lands under a key its code does not
+match; a task Ray gives up on is recorded as that task's error and the run goes on.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import platform
+import sys
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -30,11 +38,14 @@ from normlab._io import atomic_write_json
 from normlab._sources import closure_hash
 from normlab.claims import _workers
 from normlab.claims.core import Claim
+from normlab.claims.plan import extra_overrides
+from normlab.claims.protocol import PLACEBO_KEY
 from normlab.claims.results import ClaimResult
 from normlab.claims.tasks import (
     CHECKS,
     THREADS,
     TaskResult,
+    _find_claim,
     claim_modules,
     reusable,
     run_task,
@@ -42,10 +53,16 @@ from normlab.claims.tasks import (
     usable,
 )
 
-__all__ = ["CONNECT_TIMEOUT", "ClaimRunner"]
+__all__ = ["CONNECT_TIMEOUT", "ClaimRunner", "code_identity"]
 
 
 def _writable(out: Path) -> None:
+    blocker = next((p for p in (out, *out.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise PermissionError(
+            f"Cannot write the report to {out}: {blocker} is a file, not a folder. "
+            "Choose another folder with --out."
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"
@@ -84,6 +101,7 @@ class ClaimRunner:
 
     Raises:
         PermissionError: when ``out`` cannot be written, before any work starts.
+        ConnectionError: when nothing answers at ``address`` (checked at once).
     """
 
     def __init__(
@@ -100,6 +118,8 @@ class ClaimRunner:
             raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}.")
         if jobs is not None and jobs < 1:
             raise ValueError(f"jobs must be a positive number of parallel tasks, got {jobs}.")
+        if backend == "ray" and address:
+            _reachable(address)  # before any work or progress display: a typo fails at once
         self.out = Path(out)
         _writable(self.out)
         self.tasks_dir = self.out / "tasks"
@@ -125,10 +145,6 @@ class ClaimRunner:
         if claim.checks:
             seeds.append(CHECKS)
         return [(s, self.key(claim, scale, s)) for s in seeds]
-
-    def neighbours(self, claim: Claim) -> list[dict[str, Any]]:
-        """The config overrides of a robustness rerun: one per free setting's neighbour."""
-        return [{s.key: v} for s in claim.free_settings for v in (s.low, s.high)]
 
     def current_keys(self, claim: Claim, scale: str) -> set[str]:
         """The keys of every main task of ``claim`` at ``scale`` under the code as it is now
@@ -169,32 +185,41 @@ class ClaimRunner:
             self.on_result(result)
         return result
 
-    def all_tasks(self, claim: Claim, scale: str, robustness: bool) -> list[_Task]:
-        """Every task of ``claim`` at ``scale``: seeds, checks and, with ``robustness``,
-        each seed at each free setting's neighbours."""
+    def all_tasks(
+        self, claim: Claim, scale: str, robustness: bool | str, placebo: bool = False
+    ) -> list[_Task]:
+        """Every task of ``claim`` at ``scale``: seeds, checks and every seed again under
+        each override of :func:`~normlab.claims.plan.extra_overrides` (robustness reruns,
+        the A/A placebo)."""
         out = [_Task(claim, scale, seed, key) for seed, key in self.tasks(claim, scale)]
-        if robustness:
-            for override in self.neighbours(claim):
-                out += [
-                    _Task(claim, scale, seed, self.key(claim, scale, seed, override), override)
-                    for seed in claim.seeds(scale)
-                ]
+        for override in extra_overrides(claim, scale, robustness=robustness, placebo=placebo):
+            out += [
+                _Task(claim, scale, seed, self.key(claim, scale, seed, override), override)
+                for seed in claim.seeds(scale)
+            ]
         return out
 
     def run(
-        self, claims: Sequence[Claim], scale: str, *, robustness: bool = False
+        self,
+        claims: Sequence[Claim],
+        scale: str,
+        *,
+        robustness: bool | str = False,
+        placebo: bool = False,
     ) -> list[ClaimResult]:
         """Run every task of every claim at ``scale`` and return the judged results.
 
         Args:
             claims: the claims.
             scale: "smoke", "quick" or "full".
-            robustness: also rerun each claim's seeds at its free settings' neighbours.
+            robustness: rerun each claim's seeds at free settings' neighbours: "decisive"
+                (its decisive setting's), "all" or True (every one's), "none" or False.
+            placebo: also run the A/A placebo of every tuned claim.
         """
         done: dict[str, TaskResult] = {}
         todo: list[_Task] = []
         for claim in claims:
-            for task in self.all_tasks(claim, scale, robustness):
+            for task in self.all_tasks(claim, scale, robustness, placebo):
                 hit = self.cached(claim, scale, task.seed, task.override)
                 if hit is None:
                     todo.append(task)
@@ -213,15 +238,20 @@ class ClaimRunner:
             done[result.key] = result
         results = []
         for c in claims:
-            tasks = self.all_tasks(c, scale, robustness)
+            tasks = self.all_tasks(c, scale, robustness, placebo)
             main = [done[t.key] for t in tasks if t.override is None]
-            extra = [done[t.key] for t in tasks if t.override is not None]
-            results.append(ClaimResult.from_tasks(c, scale, main, extra))
+            aa = [done[t.key] for t in tasks if t.override and PLACEBO_KEY in t.override]
+            extra = [done[t.key] for t in tasks if t.override and PLACEBO_KEY not in t.override]
+            results.append(ClaimResult.from_tasks(c, scale, main, extra, placebo=aa))
         return results
 
     def _kwargs(self, task: _Task) -> dict[str, Any]:
         module = task.claim.run.__module__
         return {"module": module, "key": task.key, "override": task.override}
+
+    def _serial(self, todo: list[_Task]) -> Iterator[dict[str, Any]]:
+        for task in todo:
+            yield run_task(*task.args(), **self._kwargs(task))
 
     def _execute(self, todo: list[_Task]) -> Iterator[dict[str, Any]]:
         if not todo:
@@ -229,8 +259,15 @@ class ClaimRunner:
         if self.backend == "ray":
             yield from self._execute_ray(todo)
         elif self.jobs == 1 or len(todo) == 1:
-            for task in todo:
-                yield run_task(*task.args(), **self._kwargs(task))
+            yield from self._serial(todo)
+        elif (script := _workers.unguarded_main()) is not None:
+            print(
+                f"normlab: running {len(todo)} task(s) one at a time in this process: {script} "
+                'has no `if __name__ == "__main__":` block, which worker processes need '
+                "(add one to run tasks in parallel).",
+                file=sys.stderr,
+            )
+            yield from self._serial(todo)
         else:
             yield from self._execute_pool(todo)
 
@@ -242,36 +279,146 @@ class ClaimRunner:
             for future in as_completed(futures):
                 task = futures[future]
                 try:
-                    yield future.result()
+                    data = future.result()
                 except Exception:  # the worker itself died (e.g. out of memory)
-                    error = traceback.format_exc()
-                    yield TaskResult(
-                        *task.args(), task.key, "error", None, error, 0.0, THREADS, task.override
-                    ).to_dict()
+                    data = _failed(task, traceback.format_exc())
+                yield data
 
     def _execute_ray(self, todo: list[_Task]) -> Iterator[dict[str, Any]]:
-        try:
-            import ray
-        except ImportError:
-            raise ImportError("The ray backend needs Ray: pip install 'normlab[ray]'.") from None
+        ray = _import_ray()
         started = not ray.is_initialized()
         if started:
-            if self.address:
-                _reachable(self.address)
-            ray.init(address=self.address, num_cpus=None if self.address else self.jobs)
+            _connect(ray, self.address, self.jobs)
         try:
-            remote = ray.remote(num_cpus=1)(run_task)
-            pending = [remote.remote(*t.args(), **self._kwargs(t)) for t in todo]
+            remote = ray.remote(num_cpus=1)(run_checked_task)
+            refs = {
+                remote.remote(self.identity(t.claim), *t.args(), **self._kwargs(t)): t
+                for t in todo
+            }
+            pending = list(refs)
             while pending:
-                ready, pending = ray.wait(pending, num_returns=1)
-                yield ray.get(ready[0])
+                (ready,), pending = ray.wait(pending, num_returns=1)
+                try:
+                    data = ray.get(ready)
+                except ray.exceptions.RayError as err:  # Ray gave up: retries spent, node lost
+                    data = _failed(refs[ready], f"Ray could not finish this task: {err}")
+                yield data
         finally:
             if started:
                 ray.shutdown()
 
+    def identity(self, claim: Claim) -> dict[str, str]:
+        """:func:`code_identity` of ``claim`` as this process sees it (the driver's)."""
+        if claim.id not in self._code:
+            self._code[claim.id] = closure_hash(claim_modules(claim))
+        return code_identity(claim, code=self._code[claim.id])
+
+
+def _failed(task: _Task, error: str) -> dict[str, Any]:
+    """The record of a task that ended without a result of its own (its worker died)."""
+    return TaskResult(
+        *task.args(), task.key, "error", None, error, 0.0, THREADS, task.override
+    ).to_dict()
+
+
+def code_identity(claim: Claim, *, code: str | None = None) -> dict[str, str]:
+    """What a task's result depends on besides its config: the inputs of its cache key.
+
+    Args:
+        claim: the claim.
+        code: its :func:`~normlab._sources.closure_hash` when already computed.
+
+    Returns:
+        normlab's version, the hash of the source of every normlab module the claim uses,
+        and the torch and Python versions.
+    """
+    import torch
+
+    from normlab import __version__
+
+    return {
+        "normlab": __version__,
+        "source": code or closure_hash(claim_modules(claim)),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _identity_mismatch(driver: dict[str, str], claim_id: str, module: str | None) -> str | None:
+    """Why this worker must not run the task (its code is not the driver's), or None."""
+    try:
+        mine = code_identity(_find_claim(claim_id, module))
+    except Exception:  # no such claim here: run_task records that failure with its traceback
+        return None
+    differ = [f"{k} {driver.get(k)} vs {v} here" for k, v in mine.items() if driver.get(k) != v]
+    if not differ:
+        return None
+    return (
+        f"refused on Ray node {platform.node()}: this worker's code is not the driver's "
+        f"({', '.join(differ)}), so its result would be cached under a key it does not "
+        "match. Install the driver's normlab (the same commit or wheel) and torch, with the "
+        "same Python, on every node (docs/cluster.md)."
+    )
+
+
+def run_checked_task(
+    driver: dict[str, str], claim_id: str, scale: str, seed: int | None, **kwargs: Any
+) -> dict[str, Any]:
+    """:func:`~normlab.claims.tasks.run_task` on a Ray worker, refused (recorded as an
+    error) when the worker's :func:`code_identity` differs from the driver's ``driver``."""
+    why = _identity_mismatch(driver, claim_id, kwargs.get("module"))
+    if why is None:
+        return run_task(claim_id, scale, seed, **kwargs)
+    key, override = kwargs.get("key") or "", kwargs.get("override")
+    result = TaskResult(claim_id, scale, seed, key, "error", None, why, 0.0, THREADS, override)
+    return result.to_dict()
+
 
 #: Seconds to wait for a Ray cluster's address to accept a connection.
 CONNECT_TIMEOUT = 5.0
+
+
+def _import_ray() -> Any:
+    """Import Ray, with token authentication on when a token is at hand and the mode unset.
+
+    Ray 2.60 turns token authentication on for clusters it starts, but a driver given an
+    explicit address does not look for the token: it is refused until it gives up. Ray's own
+    rule for ``address="auto"`` (token found, mode unset: use it) is applied to every address.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("The ray backend needs Ray: pip install 'normlab[ray]'.") from None
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication
+        return ray
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    return ray
+
+
+def _connect(ray: Any, address: str | None, jobs: int) -> None:
+    """Start a local Ray (``address`` None) or join the cluster at ``address``.
+
+    Raises:
+        ConnectionError: Ray refuses the connection; the message says what to check.
+    """
+    if address is None:
+        ray.init(num_cpus=jobs)
+        return
+    try:
+        ray.init(address=address)
+    except (ConnectionError, RuntimeError, ray.exceptions.RayError) as err:
+        mode = os.environ.get("RAY_AUTH_MODE", "unset")
+        raise ConnectionError(
+            f"The Ray cluster at {address!r} refused this driver ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else 'no detail'}; RAY_AUTH_MODE is "
+            f"{mode}). If the cluster uses token authentication, give this machine its token "
+            "(`ray get-auth-token` on the head node, saved to ~/.ray/auth_token or set as "
+            "RAY_AUTH_TOKEN) and set RAY_AUTH_MODE=token; see docs/cluster.md."
+        ) from None
 
 
 def _reachable(address: str) -> None:
@@ -288,6 +435,6 @@ def _reachable(address: str) -> None:
     except (OSError, ValueError) as err:
         raise ConnectionError(
             f"No Ray cluster answers at {address!r} within {CONNECT_TIMEOUT:g} s ({err}). "
-            "Start one with `ray start --head` and pass the address it prints, or drop "
-            "--backend ray to run locally."
+            "Start one with `ray start --head` and pass the address it prints (HOST:PORT), "
+            "or drop --backend ray to run locally."
         ) from None

@@ -4,7 +4,8 @@
 one claim verbosely; ``list`` shows the registered methods or claims; ``probe`` diagnoses a
 model; ``fold`` converts a model's LayerNorms to RMSNorm; ``bench`` times normlab's layers.
 Errors in the input go to stderr with exit status 2; Ctrl-C ends any command with one line
-on stderr and exit status 130 (``report`` and ``claim`` also say how to resume).
+on stderr and exit status 130, SIGTERM with one line and exit status 143 (``report`` and
+``claim`` also say how to resume), and no worker process outlives either.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from normlab.claims._workers import Terminated, sigterm_raises
 from normlab.cli import bench, claims, fold, probe
 from normlab.cli._common import Formatter
 
@@ -51,7 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:
         args.terms = [*args.terms, *extra]
     try:
-        return int(args.func(args))
+        with sigterm_raises():  # so that cleanup (worker pools, Ray) runs before exiting
+            return int(args.func(args))
     except KeyboardInterrupt:
         print(f"\nnormlab {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Terminated as stop:
+        print(f"\nnormlab {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        return int(stop.code)

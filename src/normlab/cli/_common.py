@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import struct
@@ -25,7 +26,17 @@ class CliError(Exception):
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Help that shows every default and keeps the description's line breaks."""
+    """Help that shows every default once and keeps the description's line breaks.
+
+    An option whose help already says its default in words (``(default: on at --scale
+    full, off otherwise)``) does not get argparse's ``(default: None)`` too.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default:" in text:
+            return text
+        return super()._get_help_string(action)
 
 
 def fail(command: str, message: str) -> int:
@@ -105,10 +116,29 @@ def check_model_folder(path: str | Path) -> Path:
 
 
 def _writable_folder(folder: Path) -> bool:
+    """Whether ``folder`` can be created and written, found by doing it and undoing it:
+    permission bits say yes to root on read-only or virtual file systems (``/proc``)."""
+    missing = []
     existing = folder
     while not existing.exists():
+        missing.append(existing)
         existing = existing.parent
-    return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+    if not existing.is_dir():
+        return False
+    try:
+        for part in reversed(missing):
+            part.mkdir()
+        probe = folder / ".normlab-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+        return True
+    except OSError:
+        return False
+    finally:
+        for part in missing:  # the deepest first; only the folders made here
+            if part.is_dir():
+                with contextlib.suppress(OSError):
+                    part.rmdir()
 
 
 def check_output(
@@ -118,7 +148,8 @@ def check_output(
     empty: bool = False,
     overwrite: bool = False,
 ) -> Path:
-    """Check an output folder before any work, creating nothing.
+    """Check an output folder before any work, leaving nothing behind (a folder that did
+    not exist is created to test it, then removed).
 
     Args:
         out: the folder.
@@ -133,7 +164,10 @@ def check_output(
     if out.exists() and not out.is_dir():
         raise CliError(f"the output {out} is a file, not a folder; choose another path")
     if not _writable_folder(out):
-        raise CliError(f"cannot write to {out}: permission denied; choose another folder")
+        raise CliError(
+            f"cannot write to {out}: the folder cannot be created or written there; choose "
+            "another folder"
+        )
     for source in inputs:
         if out.resolve() == Path(source).resolve() and not overwrite:
             raise CliError(

@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from normlab.claims._workers import Terminated
 from normlab.cli._common import Formatter, fail, jobs_type
 
 __all__ = ["add_claim", "add_list", "add_report"]
@@ -23,14 +24,18 @@ def _message(err: BaseException) -> str:
     return str(err.args[0]) if err.args else str(err)
 
 
-def _interrupted(command: str, done: int, total: int, out: str) -> int:
-    """The one line Ctrl-C leaves, with the resume hint; exit status 130."""
+def _interrupted(
+    command: str, done: int, total: int, out: str, stop: BaseException | None = None
+) -> int:
+    """The one line Ctrl-C (exit status 130) or SIGTERM (``stop``, exit status 143) leaves,
+    with the resume hint."""
+    how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
     print(
-        f"\nnormlab {command}: interrupted after {done} of {total} task(s); the finished ones "
+        f"\nnormlab {command}: {how} after {done} of {total} task(s); the finished ones "
         f"are cached in {out}/tasks, so the same command resumes where this one stopped.",
         file=sys.stderr,
     )
-    return 130
+    return int(stop.code) if isinstance(stop, Terminated) else 130
 
 
 def _import_modules(command: str, modules: list[str] | None) -> int:
@@ -65,6 +70,7 @@ def _report(args: argparse.Namespace) -> int:
 
     import normlab.claims
     from normlab.claims.api import resolve_claims
+    from normlab.claims.plan import extra_overrides
     from normlab.claims.progress import summary_table
 
     if args.address is not None and args.backend != "ray":
@@ -80,9 +86,12 @@ def _report(args: argparse.Namespace) -> int:
     def count(result: object) -> None:
         done[0] += 1
 
-    robustness = args.robustness if args.robustness is not None else args.scale == "full"
+    robustness = args.robustness or ("all" if args.scale == "full" else "none")
+    placebo = args.placebo if args.placebo is not None else args.scale == "full"
     total = sum(
-        len(c.seeds(args.scale)) * (1 + 2 * len(c.free_settings) * robustness) + bool(c.checks)
+        len(c.seeds(args.scale))
+        * (1 + len(extra_overrides(c, args.scale, robustness=robustness, placebo=placebo)))
+        + bool(c.checks)
         for c in claims
     )
     try:
@@ -97,11 +106,12 @@ def _report(args: argparse.Namespace) -> int:
             on_result=count,
             progress=not args.no_progress,
             robustness=robustness,
+            placebo=placebo,
         )
-    except (KeyError, PermissionError, ValueError) as err:
+    except (KeyError, PermissionError, ValueError, ConnectionError) as err:
         return fail("report", _message(err))
-    except KeyboardInterrupt:
-        return _interrupted("report", done[0], total, args.out)
+    except (KeyboardInterrupt, Terminated) as stop:
+        return _interrupted("report", done[0], total, args.out, stop)
     results = report.results
     Console().print(summary_table(results))
     if args.only:
@@ -118,6 +128,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def add_report(sub: argparse._SubParsersAction) -> None:
+    from normlab.claims.plan import ROBUSTNESS
+
     p = sub.add_parser(
         "report",
         help="reproduce the seed papers' claims and write report/index.html",
@@ -158,10 +170,21 @@ def add_report(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
         "--robustness",
+        nargs="?",
+        const="all",
+        choices=ROBUSTNESS,
+        default=None,
+        help="rerun each claim's primary at free settings' neighbours and mark the verdict "
+        "robust or fragile: 'decisive' (the claim's decisive setting), 'all' (the same as "
+        "the bare flag) or 'none' (default: all at --scale full, none otherwise)",
+    )
+    p.add_argument(
+        "--placebo",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="rerun each claim's primary at its free settings' neighbours and mark the "
-        "verdict robust or fragile (default: on at --scale full, off otherwise)",
+        help="run the A/A placebo of every tuned claim: its baseline trained again through "
+        "the method's path, flagged when it beats the baseline (default: on at --scale "
+        "full, off otherwise)",
     )
     _add_module(p)
     p.set_defaults(func=_report)
@@ -209,8 +232,8 @@ def _claim(args: argparse.Namespace) -> int:
 
             runner.on_result = on_result
             (result,) = runner.run([claim], args.scale)
-    except KeyboardInterrupt:
-        return _interrupted("claim", done[0], n_tasks, args.out)
+    except (KeyboardInterrupt, Terminated) as stop:
+        return _interrupted("claim", done[0], n_tasks, args.out, stop)
     for task in result.all_tasks:
         which = "checks" if task.is_checks else f"seed {task.seed}"
         cached = ", cached" if task.cached else ""
@@ -286,6 +309,34 @@ def _short(text: str, wide: bool) -> Any:
     return Text(text, no_wrap=not wide, overflow="fold" if wide else "ellipsis")
 
 
+def _nothing_matched(what: str, pattern: str | None, names: list[str]) -> int:
+    """Exit status 2 for a pattern no name matches, naming the closest names."""
+    import difflib
+
+    close = difflib.get_close_matches(str(pattern).lower(), names, n=4, cutoff=0.5)
+    hint = f"closest: {', '.join(close)}" if close else "none is close"
+    every = "`normlab list claims`" if what == "claim" else "`normlab list`"
+    return fail("list", f"no {what} matches {pattern!r} ({hint}); {every} shows them all")
+
+
+def _method_cards(methods: list[Any]) -> Any:
+    """Methods as labelled lines that wrap between words, never inside a name or alias."""
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for i, m in enumerate(methods):
+        if i:
+            grid.add_row("", "")
+        grid.add_row(f"[bold]{m.name}[/bold]", f"{m.kind}, layout {m.layout}")
+        if m.aliases:
+            grid.add_row("  aliases", ", ".join(m.aliases))
+        grid.add_row("  does", m.summary)
+        grid.add_row("  paper", m.paper)
+    return grid
+
+
 def _list(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -301,7 +352,10 @@ def _list(args: argparse.Namespace) -> int:
     if what == "claims":
         if args.kind is not None:
             return fail("list", "--kind applies to methods, not claims")
-        chosen = [c for c in resolve_claims(None) if _claim_matches(pattern, c.id)]
+        every = resolve_claims(None)
+        chosen = [c for c in every if _claim_matches(pattern, c.id)]
+        if not chosen:
+            return _nothing_matched("claim", pattern, [c.id for c in every])
         if args.markdown:
             print("| claim | seed paper |\n|---|---|")
             for c in chosen:
@@ -322,6 +376,11 @@ def _list(args: argparse.Namespace) -> int:
         methods = normlab.methods(pattern, kind=args.kind)
     except ValueError as err:
         return fail("list", _message(err))
+    if not methods:
+        every = normlab.methods(kind=args.kind)
+        return _nothing_matched(
+            "method", pattern, [n for m in every for n in (m.name, *m.aliases)]
+        )
     if args.markdown:
         print("| name | kind | what it does | paper |")
         print("|---|---|---|---|")
@@ -330,24 +389,15 @@ def _list(args: argparse.Namespace) -> int:
             print(f"| `{m.name}` | {m.kind} | {summary} | {m.paper} |")
         return 0
     if args.wide:
-        columns = [
-            ("name", True),
-            ("kind", True),
-            ("aliases", False),
-            ("layout", False),
-            ("what it does", False),
-            ("paper", False),
-        ]
-        table = _table(f"{len(methods)} methods", columns)
-        for m in methods:
-            table.add_row(m.name, m.kind, ", ".join(m.aliases), m.layout, m.summary, m.paper)
-    else:
-        table = _table(
-            f"{len(methods)} methods (--wide for aliases, layout and paper)",
-            [("name", True), ("kind", True), ("what it does", False)],
-        )
-        for m in methods:
-            table.add_row(m.name, m.kind, _short(m.summary, False))
+        console.print(f"{len(methods)} methods", style="bold")
+        console.print(_method_cards(methods))
+        return 0
+    table = _table(
+        f"{len(methods)} methods (--wide for aliases, layout and paper)",
+        [("name", True), ("kind", True), ("what it does", False)],
+    )
+    for m in methods:
+        table.add_row(m.name, m.kind, _short(m.summary, False))
     console.print(table)
     return 0
 
@@ -359,8 +409,9 @@ def add_list(sub: argparse._SubParsersAction) -> None:
         "list",
         help="the registered methods (with kind, aliases, layout) or claims",
         description="List registered methods or claims, one line each: names in full, "
-        "then what they do (cut at the terminal's width; --wide wraps it and adds "
-        "aliases, layout and paper). PATTERN filters names (and aliases): a substring, or "
+        "then what they do (cut at the terminal's width; --wide gives each method "
+        "labelled lines with its aliases, layout and paper, wrapped between words). "
+        "PATTERN filters names (and aliases): a substring, or "
         "a glob such as 'rms*'. `normlab list PATTERN` lists methods.",
         formatter_class=Formatter,
     )
@@ -380,7 +431,9 @@ def add_list(sub: argparse._SubParsersAction) -> None:
         help=f"only methods of this kind; one of: {', '.join(KINDS)}",
     )
     p.add_argument(
-        "--wide", action="store_true", help="every column, wrapped instead of one line each"
+        "--wide",
+        action="store_true",
+        help="every field (aliases, layout, paper), wrapped between words, not one line each",
     )
     p.add_argument("--markdown", action="store_true", help="a Markdown table (for the README)")
     p.set_defaults(func=_list)

@@ -106,7 +106,7 @@ register(
         "dyt",
         "norm",
         DyT,
-        paper("dyt"),
+        paper("dyt-original"),
         "weight * tanh(alpha * x) + bias, alpha learned (init 0.5)",
         aliases=("dynamic_tanh",),
     )

@@ -27,6 +27,7 @@ Paper: {stablegrad}.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -72,7 +73,7 @@ def rescale_weight_grads_(
     """
     ref = float(reference)
     if not ref >= 0:
-        raise ValueError(f"The reference std must be finite and >= 0, got {ref}.")
+        raise ValueError(f"reference must be a finite std >= 0, got {ref}.")
     factors = []
     for p in params:
         if p.grad is None or p.dim() < 2:
@@ -219,7 +220,16 @@ class StableGrad(torch.optim.Optimizer):
         """Rescale the weight gradients, then step the wrapped optimizer."""
         loss = closure_loss(closure)
         params = [p for g in self.param_groups for p in g["params"]]
-        self.last_factors = rescale_weight_grads_(params, self.reference_std(), eps=self.eps)
+        reference = self.reference_std()
+        if not math.isfinite(reference):  # the gradient is at fault, not the setting
+            source = "dL/d(output)" if self.reference == "output" else "the last weight's gradient"
+            raise ValueError(
+                f"The gradient is not finite: the std of {source} is {reference}, so the "
+                "backward pass produced NaN or inf (a diverged loss or an overflow). Check the "
+                "loss for NaN, lower the learning rate, or with mixed precision pass a "
+                "GradScaler (grad_scaler=...), whose step skips such batches."
+            )
+        self.last_factors = rescale_weight_grads_(params, reference, eps=self.eps)
         self.optimizer.step()
         return loss
 

@@ -18,9 +18,9 @@ those it does not need, so one call builds any of them::
 
     normlab.create(name, channels, lookback=96, horizon=24, periods=(24,))
 
-Instance-statistics normalizers (RevIN, NoRIN, PAMod) work on any length and ignore
-``lookback``/``horizon``; Dish-TS, SAN and FAN are built for their lengths; only PAMod and
-SAN read ``periods``.
+Instance-statistics normalizers (RevIN, NoRIN, PAMod) work on any length from ``lookback``
+up (any length when it is None) and ignore ``horizon``; Dish-TS, SAN and FAN are built for
+their lengths; only PAMod and SAN read ``periods``.
 """
 
 from __future__ import annotations
@@ -117,21 +117,30 @@ class ReversibleNorm(nn.Module):
         lookback: input length ``L`` the normalizer is built for, or None when it accepts
             any length (instance-statistics normalizers).
         horizon: forecast length ``H`` it is built for, or None for any.
+        shortest: the shortest window accepted, for normalizers that take any length from
+            there up (instance statistics: their ``lookback``), or None.
     """
 
     #: How a trainer uses :meth:`auxiliary_loss`: "none", "joint" or "pretrain".
     aux_schedule: ClassVar[str] = "none"
 
     def __init__(
-        self, channels: int, *, lookback: int | None = None, horizon: int | None = None
+        self,
+        channels: int,
+        *,
+        lookback: int | None = None,
+        horizon: int | None = None,
+        shortest: int | None = None,
     ) -> None:
         super().__init__()
-        for name, value in (("channels", channels), ("lookback", lookback), ("horizon", horizon)):
+        sizes = {"channels": channels, "lookback": lookback or shortest, "horizon": horizon}
+        for name, value in sizes.items():
             if value is not None:
                 check_positive_int(value, name)
         self.channels = channels
         self.lookback = lookback
         self.horizon = horizon
+        self.shortest = shortest
 
     # -- the contract ------------------------------------------------------------------
     def normalize(
@@ -191,6 +200,12 @@ class ReversibleNorm(nn.Module):
             raise ValueError(
                 f"{name} has length {x.shape[1]} but the normalizer was built for "
                 f"lookback={self.lookback}; pass windows of that length or rebuild it."
+            )
+        if self.shortest is not None and x.shape[1] < self.shortest:
+            raise ValueError(
+                f"{name} has length {x.shape[1]}, shorter than the lookback={self.shortest} "
+                f"the normalizer was built with; pass windows of at least {self.shortest} "
+                "steps, or build it with a smaller lookback (None accepts any length)."
             )
         if x.shape[1] < min_length:
             raise ValueError(

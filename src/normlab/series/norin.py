@@ -64,7 +64,7 @@ class NoRIN(RevIN):
         eps: added to the variance (RevIN's eps).
         affine: RevIN's learned per-channel affine step after the S_U map.
         subtract_last: RevIN's last-value location.
-        lookback: accepted and ignored (any window length works).
+        lookback: the shortest window accepted (None: any length); longer ones work too.
         horizon: accepted and ignored (any forecast length works).
         periods: accepted and ignored.
     """
@@ -87,6 +87,7 @@ class NoRIN(RevIN):
     ) -> None:
         super().__init__(
             channels,
+            lookback=lookback,
             eps=eps,
             affine=affine,
             subtract_last=subtract_last,

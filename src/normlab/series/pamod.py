@@ -49,7 +49,7 @@ class PAMod(RevIN):
         eps: RevIN's variance floor.
         affine: RevIN's learned per-channel affine step.
         subtract_last: RevIN's last-value location.
-        lookback: accepted and ignored (any window length works).
+        lookback: the shortest window accepted (None: any length); longer ones work too.
         horizon: accepted and ignored (any forecast length works).
     """
 
@@ -71,6 +71,7 @@ class PAMod(RevIN):
             raise ValueError(f"periods must be positive ints, got {periods!r}.")
         super().__init__(
             channels,
+            lookback=lookback,
             eps=eps,
             affine=affine,
             subtract_last=subtract_last,

@@ -37,7 +37,7 @@ class RevIN(ReversibleNorm):
         eps: added to the variance; 1e-5 as in RevIN.
         affine: learn the per-channel ``gamma`` (init 1) and ``beta`` (init 0).
         subtract_last: use the window's last value as the location instead of its mean.
-        lookback: accepted and ignored (any window length works).
+        lookback: the shortest window accepted (None: any length); longer ones work too.
         horizon: accepted and ignored (any forecast length works).
         periods: accepted and ignored.
     """
@@ -55,7 +55,7 @@ class RevIN(ReversibleNorm):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(channels)
+        super().__init__(channels, shortest=lookback)
         if not eps > 0:
             raise ValueError(f"eps must be positive, got {eps}.")
         self.eps = float(eps)
