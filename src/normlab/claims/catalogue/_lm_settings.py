@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from normlab.claims.core import FreeSetting
 from normlab.data.corpus import VOCAB
 from normlab.training.lm import LMTrainConfig
 
-__all__ = ["HELD_OUT", "UNIFORM_BPB", "lm_train_config"]
+__all__ = ["HELD_OUT", "LM_FREE", "UNIFORM_BPB", "lm_free", "lm_train_config"]
 
 #: Bits per byte of the uniform predictor over the vocabulary: what a diverged LM counts as.
 UNIFORM_BPB = math.log2(VOCAB)
@@ -22,6 +23,37 @@ UNIFORM_BPB = math.log2(VOCAB)
 #: (``log["val_bpb"]``, the tuning's selection score) use the windows of ``seed``; claims
 #: score the selected model on the disjoint windows of ``HELD_OUT + seed``.
 HELD_OUT = 50_000
+
+#: TinyGPT's shape and training budget as free settings, declared once for every claim that
+#: trains it (none is a seed's value: the seeds train 64M-8B-parameter models on millions to
+#: billions of tokens). Relative neighbours (halved and doubled; the lr a third and three
+#: times), so one declaration serves every scale.
+LM_FREE: dict[str, FreeSetting] = {
+    s.key: s
+    for s in (
+        FreeSetting.scaled("d_model", "normlab's choice: TinyGPT's width, for the budget"),
+        FreeSetting.scaled("n_layers", "normlab's choice: TinyGPT's depth, for the budget"),
+        FreeSetting.scaled("n_heads", "normlab's choice: attention heads at that width"),
+        FreeSetting.scaled("context", "normlab's choice: bytes per sequence, for the budget"),
+        FreeSetting.scaled("steps", "normlab's choice: the training budget the scale affords"),
+        FreeSetting.scaled("batch", "normlab's choice: sequences per step, for the budget"),
+        FreeSetting.scaled("warmup", "normlab's choice: linear warm-up steps"),
+        FreeSetting.scaled("lr", "normlab's choice: the shared model's AdamW rate", 1 / 3, 3.0),
+        FreeSetting.scaled(
+            "eval_batches", "normlab's choice: validation batches per score (its noise)"
+        ),
+        FreeSetting.scaled("eval_batch", "normlab's choice: sequences per probe batch"),
+    )
+}
+
+
+def lm_free(*keys: str, **reasons: str) -> tuple[FreeSetting, ...]:
+    """The shared declarations of ``keys`` and of the keys of ``reasons`` (a claim's own
+    reason, where a value means something else there, replaces the shared one)."""
+    return tuple(
+        replace(LM_FREE[k], reason=reasons[k]) if k in reasons else LM_FREE[k]
+        for k in dict.fromkeys((*keys, *reasons))
+    )
 
 
 def lm_train_config(config: Mapping[str, Any], lr: float | None = None) -> LMTrainConfig:

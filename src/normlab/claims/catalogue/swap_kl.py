@@ -33,13 +33,15 @@ from typing import Any
 import torch
 
 from normlab.claims.catalogue._depth_models import SETTINGS, search, trial
-from normlab.claims.common import cell, seed_everything, spearman
+from normlab.claims.catalogue._lm_settings import UNIFORM_BPB, lm_free
+from normlab.claims.common import seed_everything, spearman
 from normlab.claims.core import (
     Claim,
     FreeSetting,
     Margin,
     Precondition,
     Premise,
+    cell,
     difference,
     register_claim,
 )
@@ -73,7 +75,8 @@ def _cost(curve: Any, budget: int) -> float:
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """Swap-KL on one batch, pruning cost by each order (and random ones) on another."""
     seed_everything(seed)
-    tuned, records = tune_arms(config, trial(config, seed), ["dense"])
+    # reference: the uniform byte predictor's 8 bits per byte (the trial's validation unit)
+    tuned, records = tune_arms(config, trial(config, seed), ["dense"], reference=UNIFORM_BPB)
     model, log = tuned["dense"].result
     score_x, _ = sample_batch(
         corpus("val"), config["eval_batch"], config["context"],
@@ -223,13 +226,18 @@ CLAIM = register_claim(
             ),
         ),
         free_settings=(
-            FreeSetting(
-                "eval_batch",
-                8,
-                32,
-                "normlab's choice: validation sequences per scoring and held-out batch",
+            *lm_free("d_model", "n_layers", "n_heads", "context", "batch", "warmup"),
+            *lm_free(lr="normlab's choice: an untuned trial's rate (the dense lr is tuned)"),
+            *lm_free(steps="normlab's choice: curse-of-depth's budget (150 at quick)"),
+            *lm_free(eval_batch="normlab's choice: sequences per scoring and held-out batch"),
+            FreeSetting.scaled(
+                "weight_decay", "curse-of-depth's setting, unused: the dense model has none"
             ),
+            FreeSetting.scaled("random_orders", "normlab's choice: placebo orders per seed"),
         ),
+        # the premise needs a trained model whose protocols disagree (the seed's gap grows
+        # with training): the budget decides whether the claim is testable at all
+        decisive="steps",
         preconditions=(
             Precondition(
                 "model_trained",
