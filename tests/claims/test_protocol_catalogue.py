@@ -108,3 +108,11 @@ def test_every_tuned_arm_declares_a_trivial_reference(claim, smoke_measurement):
         f"{claim.id}: tuned arms {missing} declare no trivial reference (tune_arms(..., "
         "reference=...): chance accuracy, the uniform predictor, the untrained model)"
     )
+
+
+@pytest.mark.parametrize("claim", [c for c in CLAIMS if not c.untuned], ids=lambda c: c.id)
+def test_every_quick_search_has_an_extension_step(claim):
+    """A choice on the edge of its grid extends at least one step at quick (issue: a
+    two-value axis is always on the edge, and without a step "on the edge" means nothing)."""
+    spaces = searches(claim.config("quick"))
+    assert min(s.extend for s in spaces.values()) >= 1, claim.id

@@ -84,7 +84,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
 #: {1e-3, 3e-3, 1e-2} on validation (1e-3 was never selected for any arm or seed).
 LR_GRID: dict[str, tuple[list[float], int]] = {
     "smoke": ([3e-3], 0),
-    "quick": ([3e-3, 1e-2], 0),
+    "quick": ([3e-3, 1e-2], 1),
     "full": ([1e-3, 2e-3, 4e-3], 1),
 }
 

@@ -269,7 +269,7 @@ def _configs() -> dict[str, dict[str, Any]]:
             "context": 32,
             "steps": 200,
             "widths": (64,),
-            "search": {"arms": ["tinygpt-d64", "ngpt-d64"], "space": {"lr": _LRS}, "extend": 0},
+            "search": {"arms": ["tinygpt-d64", "ngpt-d64"], "space": {"lr": _LRS}, "extend": 1},
             "probe_sequences": 16,
             "eval_batches": 4,
         },

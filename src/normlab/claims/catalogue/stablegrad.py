@@ -348,7 +348,7 @@ CLAIM = register_claim(
             "quick": _config(
                 8,
                 [3e-4, 1e-3, 3e-3],
-                0,
+                1,
                 depths=[8, 24],
                 steps=400,
                 points=32,
