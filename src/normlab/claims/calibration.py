@@ -1,16 +1,22 @@
 """Null calibration and robustness of a claim's primary effect.
 
-**Null calibration.** If the method did nothing, the rows of the arms an effect compares
-would be exchangeable within each seed. :func:`null_calibration` permutes them (within each
-of the effect's ``groups`` and seed, the ``"diverged"`` records travelling with their rows),
-recomputes the effect and the rule's verdict, and reports how often the verdict says
-"supported" and how often the interval lies beyond zero on the unclaimed side (for an
-intersection-union effect: any part, at its corrected level). For a superiority effect both
-rates must stay at or below 5%; a biased construction (best-of-k picked on test, a min()
-composite) shows up as a high opposite-direction rate. For a non-inferiority effect the
-exchangeable null *is* no worse, so "supported" is the right answer there and only the
-opposite-direction rate is held to 5%. Under the null, "contradicted: smaller than the
-margin" is the right answer for a superiority effect and is not counted as an error.
+**Null calibration (of the effect's construction, not of the arms).** If the method did
+nothing, the rows of the arms an effect compares would be exchangeable within each seed.
+:func:`null_calibration` permutes them (within each of the effect's ``groups`` and seed,
+the ``"diverged"`` records travelling with their rows), recomputes the effect and the rule's
+verdict, and reports how often the verdict says "supported" and how often the interval lies
+beyond zero on the unclaimed side (for an intersection-union effect: any part, at its
+corrected level). What this can and cannot see: for an effect that is a difference of two
+arms, exchanging the rows only flips the sign of each seed's difference, so there are 2^n
+patterns for n seeds and a +10 and a +0.3 effect give the same rates; it checks that the
+effect's *construction* is symmetric (a best-of-k picked on test, a min() composite show up
+as a high opposite-direction rate), and says nothing about bias in the arms themselves (a
+handicapped baseline, an arm tuned on test). The claim-level null is the A/A placebo
+(:mod:`normlab.claims.placebo`), which trains. For a superiority effect both rates must stay
+at or below 5%; for a non-inferiority effect the exchangeable null *is* no worse, so
+"supported" is the right answer there and only the opposite-direction rate is held to 5%.
+Under the null, "contradicted: smaller than the margin" is the right answer for a
+superiority effect and is not counted as an error.
 
 **Robustness.** :func:`robustness_records` compares the primary's verdict at each free
 setting's neighbours with the verdict at the chosen value: "robust" when none flips.
