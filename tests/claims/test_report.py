@@ -118,7 +118,7 @@ def test_index_links_one_page_per_claim_with_figure_caption_and_why(report):
     text = index.read_text()
     for c in claims.values():
         assert f'href="claims/{c["id"]}.html"' in text
-        assert html.escape(c["why"]) in text  # the why-line is in the summary row
+        assert html.escape(c["why"]) in text.replace("<wbr>", "")  # in the summary row
     assert "data:image" not in text and "<section" not in text  # the index stays short
     assert f"torch {data['torch']}" in text and "CPU cores" in text
     assert "pts" in text  # the primary effect's unit
@@ -128,7 +128,7 @@ def test_index_links_one_page_per_claim_with_figure_caption_and_why(report):
         parsed = _Page()
         parsed.feed(claim_page)
         assert parsed.sections == [c["id"]]
-        assert html.escape(c["why"]) in claim_page
+        assert html.escape(c["why"]) in claim_page.replace("<wbr>", "")
         for src in parsed.images:  # figures are files next to the report
             png = (index.parent / "claims" / src).resolve()
             assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

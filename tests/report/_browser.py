@@ -4,10 +4,11 @@ Used by ``test_browser.py``, and runnable on any report folder::
 
     python -m tests.report._browser report/        # prints the measurements, exit 1 on a fault
 
-Each page (``index.html`` and every ``claims/*.html``) is loaded at 1400 and 1000 CSS px
-wide and measured: elements wider than their container, the page's own sideways scroll,
-its height, console errors, images that did not load, and whether each verdict badge and
-why-line lies inside the viewport.
+Each page (``index.html`` and every ``claims/*.html``) is loaded at 1400, 1280 and 1000 CSS
+px wide and measured: elements wider than their container, the page's own sideways scroll,
+its height, console errors, images that did not load, whether each verdict badge and
+why-line lies inside the viewport, words a table cell splits mid-word (a word without a
+hyphen, underscore or slash to break at), and the column headers of its tables.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from typing import Any
 
 __all__ = ["PageStats", "browser_path", "measure_report"]
 
-WIDTHS = (1400, 1000)
+WIDTHS = (1400, 1280, 1000)
 
 #: The page measures itself: every element against its parent's box, and its own content.
-_MEASURE = """() => {
+_MEASURE = r"""() => {
   const over = [];
   for (const el of document.querySelectorAll('body *')) {
     const parent = el.parentElement;
@@ -42,17 +43,34 @@ _MEASURE = """() => {
     const r = el.getBoundingClientRect();
     return r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= window.innerWidth + 1;
   };
+  // A word with no break point (hyphen, underscore, slash) that the browser had to split
+  // across lines: the cell is too narrow for it.
+  const broken = [];
+  for (const cell of document.querySelectorAll('td, th')) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.textContent.matchAll(/[^\s\-_\/]+/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const lines = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        if (lines.size > 1) broken.push(m[0]);
+      }
+    }
+  }
   const verdicts = [...document.querySelectorAll('.verdict')];
   const whys = [...document.querySelectorAll('.why')];
   const images = [...document.images].map(i => ({src: i.src.slice(-60),
                                                  ok: i.complete && i.naturalWidth > 0}));
   return {
     overflowing: over,
+    broken_words: broken,
     page_scroll: document.documentElement.scrollWidth > window.innerWidth + 1,
     height: document.documentElement.scrollHeight,
     verdicts: verdicts.length, verdicts_hidden: verdicts.filter(v => !visible(v)).length,
     whys: whys.length, whys_hidden: whys.filter(w => !visible(w)).length,
     images: images,
+    headers: [...document.querySelectorAll('th')].map(th => th.textContent.trim()),
   };
 }"""
 
@@ -73,6 +91,8 @@ class PageStats:
     broken_images: list[str]
     images: int
     console_errors: list[str] = field(default_factory=list)
+    headers: list[str] = field(default_factory=list)
+    broken_words: list[str] = field(default_factory=list)
 
     def faults(self) -> list[str]:
         """Every problem on the page, in words (empty when it reads well)."""
@@ -81,6 +101,8 @@ class PageStats:
         )
         if self.page_scroll:
             out.append("the page scrolls sideways")
+        if self.broken_words:
+            out.append(f"words split mid-word in a cell: {self.broken_words[:5]}")
         if self.verdicts_hidden or self.whys_hidden:
             out.append(f"{self.verdicts_hidden} verdicts, {self.whys_hidden} why-lines off-screen")
         if self.broken_images:
@@ -141,6 +163,8 @@ def measure_report(folder: Path | str, executable: str | None = None) -> list[Pa
                             broken_images=[i["src"] for i in got["images"] if not i["ok"]],
                             images=len(got["images"]),
                             console_errors=list(errors),
+                            headers=list(got["headers"]),
+                            broken_words=list(got["broken_words"]),
                         )
                     )
                 tab.close()
@@ -153,7 +177,7 @@ def main(argv: list[str]) -> int:
     """Print each page's measurements as JSON lines; exit 1 when any page has a fault."""
     stats = measure_report(argv[0] if argv else "report")
     for s in stats:
-        print(json.dumps({**s.__dict__, "overflowing": len(s.overflowing)}))
+        print(json.dumps({**s.__dict__, "overflowing": len(s.overflowing), "headers": None}))
     faults = [f for s in stats for f in s.faults()]
     index = [s.height for s in stats if s.page == "index.html"]
     print(f"{len(stats)} page views; index height {index} px; {len(faults)} faults")

@@ -1,9 +1,11 @@
 """The report as a reader sees it: a smoke report opened in headless Chromium.
 
-At 1400 and 1000 px: no element wider than its container, the index under 10,000 px tall,
-every verdict and why-line visible without scrolling sideways, no console errors, every
-figure loaded. ``NORMLAB_REPORT_DIR=report pytest tests/report/test_browser.py`` runs the
-same checks on an existing report (e.g. the full quick one) instead of a fresh smoke one.
+At 1400, 1280 and 1000 px: no element wider than its container, the index under 10,000 px
+tall, every verdict and why-line visible without scrolling sideways, no console errors,
+every figure loaded; the index has a column for robustness, premises held, tuned choices on
+an edge and null calibration. ``NORMLAB_REPORT_DIR=report pytest
+tests/report/test_browser.py`` runs the same checks on an existing report (e.g. the full
+quick one) instead of a fresh smoke one.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     normlab.claims.run(list(SMOKE_CLAIMS), scale="smoke", jobs=1, out=out)
     # plus a page with every part a v3 verdict can carry (parts, premises, tuning, ...)
     data = json.loads((out / "results.json").read_text())
-    data["claims"].append(encode(everything_record()))
+    # (read as supported, so its neighbours show both fragile and untestable)
+    data["claims"].append(encode({**everything_record(), "verdict": "supported"}))
     report._write_pages(decode(data), out)
     return out
 
@@ -72,7 +75,7 @@ def test_the_measure_sees_what_a_reader_would_miss(tmp_path):
 def test_every_page_is_measured_at_both_widths(stats, report_dir):
     pages = {s.page for s in stats}
     assert "index.html" in pages and len(pages) == 1 + len(list(report_dir.glob("claims/*.html")))
-    assert {s.width for s in stats} == {1400, 1000}
+    assert {s.width for s in stats} == {1400, 1280, 1000}
 
 
 def test_nothing_is_wider_than_its_container(stats):
@@ -102,3 +105,26 @@ def test_no_console_errors_and_every_figure_loads(stats):
         assert not s.console_errors, s.faults()
         assert not s.broken_images, s.faults()
     assert any(s.images for s in stats if s.page != "index.html")  # the claims' figures
+
+
+def test_the_index_has_the_caveat_columns(stats):
+    for s in stats:
+        if s.page == "index.html":
+            for column in ("robustness", "premises held", "tuned on an edge", "null calibration"):
+                assert column in s.headers, (s.width, s.headers)
+
+
+def test_the_index_says_robustness_for_every_claim(report_dir):
+    import html
+    import re
+
+    index = (report_dir / "index.html").read_text()
+    rows = [html.unescape(re.sub(r"<[^>]+>", "", r)) for r in re.findall(r"<tr>(.*?)</tr>", index)]
+    states = ("robust", "fragile at", "not run", "no free settings")
+    for row in rows[1:]:  # the first is the header
+        assert any(state in row for state in states), row
+        assert re.search(r"\d+ of \d+|none", row), row  # premises held, tuned on an edge
+    if not os.environ.get("NORMLAB_REPORT_DIR"):
+        text = "".join(rows)
+        assert "not run" in text and "--robustness" in text  # the smoke claims ran without
+        assert "fragile at" in text and "untestable at depth=12" in text  # the constructed

@@ -180,12 +180,12 @@ def _mean_tables(measurements: Sequence[Mapping[str, Any]], *, heading: bool = T
     for start in range(0, len(cols), MAX_COLUMNS):
         chunk = cols[start : start + MAX_COLUMNS]
         body = [
-            [f"<b>{esc(r)}</b>"] + [cell(c, r) if transpose else cell(r, c) for c in chunk]
+            [f"<b>{code_name(r)}</b>"] + [cell(c, r) if transpose else cell(r, c) for c in chunk]
             for r in rows
         ]
         parts.append(
             table(
-                [esc(corner), *(esc(c) for c in chunk)],
+                [esc(corner), *(code_name(c) for c in chunk)],
                 body,
                 numeric=[False] + [True] * len(chunk),
                 wrap=True,
@@ -260,8 +260,8 @@ def _checks(checks: Sequence[Mapping[str, Any]]) -> str:
 
 
 def code_name(name: str) -> str:
-    """A code-like name (``softmax_suppresses_far_score``), escaped, that may wrap only
-    after its underscores (``<wbr>``), never mid-word."""
+    """Text with code-like names (``softmax_suppresses_far_score``), escaped, that may wrap
+    after each underscore (``<wbr>``) rather than mid-word."""
     return esc(name).replace("_", "_<wbr>")
 
 
@@ -488,7 +488,7 @@ def _neighbour_runs(record: Mapping[str, Any]) -> str:
     from the main seeds' (they answer another question: does the verdict survive there)."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for t in record["tasks"]:
-        if t.get("override") and t["status"] == "ok" and t["measurement"]:
+        if t["kind"] == "neighbour" and t["status"] == "ok" and t["measurement"]:
             groups.setdefault(_override_text(t["override"]), []).append(t["measurement"])
     if not groups:
         return ""
@@ -569,7 +569,7 @@ def render_claim(
     body = f"""<p><a href="../index.html">&larr; all claims</a></p>
 <section id="{esc(c["id"])}"><h1>{esc(c["id"])} {_badge(c["verdict"])}{_caveats(c)}</h1>
 <p class="muted">{esc(c["paper"])}</p>{banner}
-<p class="why"><b>Why.</b> {esc(c["why"])}</p>
+<p class="why"><b>Why.</b> {code_name(c["why"])}</p>
 <p class="small">Robustness: {_robustness_cell(c)}. Premises held: {held} of {total}.
 Null calibration: {_null_mark(c.get("null")) or "n/a"}.</p>
 <p><b>Hypothesis.</b> {esc(c["hypothesis"])}</p>
@@ -593,7 +593,7 @@ over {len(c["tasks"])} tasks, {cached} from the cache; normlab
 CAVEAT_CSS = (
     "<style>.caveat{font-size:12px;font-weight:400;color:#9a6700;border:1px solid #d4a72c;"
     "border-radius:.3em;padding:0 .3em;display:inline-block;vertical-align:middle}"
-    "code{overflow-wrap:anywhere}</style>"
+    "code{overflow-wrap:anywhere}table.wrap th{font-size:12px}</style>"
 )
 
 
@@ -637,7 +637,7 @@ def _summary(claims: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
                 _badge(c["verdict"]),
                 esc(key_number(c)) or "<span class='muted'>none</span>",
                 relation,
-                f"<span class='why'>{esc(c['why'])}</span>",
+                f"<span class='why'>{code_name(c['why'])}</span>",
                 f"{c['seeds']}<br><span class='small'>{_seconds(c.get('cpu_seconds'))}</span>",
                 _null_cell(c),
                 f"<span class='small'>{_robustness_cell(c)}</span>",
@@ -661,7 +661,7 @@ def _summary(claims: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
         rows,
         numeric=[False, False, True, False, False, True, False, False, True, True],
         wrap=True,
-        widths=["12%", "8%", "11%", "9%", "27%", "6%", "8%", "9%", "5%", "5%"],
+        widths=["12%", "10%", "9%", "8%", "17%", "7%", "9%", "11%", "8%", "9%"],
     )
     notes = "".join(f'<li id="margin-{n}">{esc(source)}</li>' for source, n in sources.items())
     footnotes = f"<h3>Sources of the margins</h3><ol class='small'>{notes}</ol>" if notes else ""
