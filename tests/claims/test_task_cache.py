@@ -116,3 +116,16 @@ def test_cpu_time_counts_children_and_not_waiting(monkeypatch):
     assert busy["cpu_seconds"] >= 0.25  # the child's 0.3 CPU s (counted in ticks), any load
     sleepy = run_task(SLEEPY.id, "quick", 0, module=__name__, key="k")
     assert sleepy["seconds"] >= 0.3 and sleepy["cpu_seconds"] < 0.2  # waiting is not CPU
+
+
+def test_delayed_spike_angle_map_check_is_the_same_after_other_work():
+    outcomes = []
+    for state in (1, 5):
+        torch.manual_seed(state)
+        np.random.seed(state)
+        random.seed(state)
+        torch.randn(100)  # what ran before in the same worker
+        done = run_task("delayed-spike", "smoke", None)
+        assert done["status"] == "ok", done["error"]
+        outcomes.append(done["measurement"])
+    assert outcomes[0] == outcomes[1] and "angle_map" in outcomes[0]
