@@ -1,6 +1,9 @@
-"""End-to-end timing for ``normlab bench --model``: a TinyGPT training step, three ways.
+"""End-to-end timing for ``normlab bench --model``: a TinyGPT training step, several ways.
 
-- ``kernels``: normlab's fused kernels (the default),
+- ``kernels``: normlab's fused kernels (the default; each block adds the attention output
+  to the residual stream and applies its second norm in one fused call),
+- ``unfused``: the same kernels with the residual add as its own op (a no-op forward hook
+  on each norm makes the block take its unfused path, as any hooked model does),
 - ``plain``: the same model inside ``normlab.kernels.disabled()`` (the plain torch path),
 - ``compiled``: ``torch.compile`` of the plain model (traced inside ``disabled()``),
 - ``no-norm``, ``no-norm-plain``: the model with its norm layers replaced by
@@ -24,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab import kernels as K
-from normlab.cli._bench_ops import median_times
+from normlab.cli._bench_ops import load, median_times
 from normlab.layers import DyT, LayerNorm, RMSNorm
 
 __all__ = ["bench_model"]
@@ -35,6 +38,13 @@ def _strip_norms(model: nn.Module) -> nn.Module:
         if name and isinstance(module, LayerNorm | RMSNorm | DyT):
             parent, _, leaf = name.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, leaf, nn.Identity())
+    return model
+
+
+def _unfused(model: nn.Module) -> nn.Module:
+    for module in model.modules():
+        if isinstance(module, LayerNorm | RMSNorm):
+            module.register_forward_hook(lambda *_: None)
     return model
 
 
@@ -73,23 +83,28 @@ def bench_model(
     on, off = contextlib.nullcontext, K.disabled
     arms: dict[str, Callable[[], None]] = {
         "kernels": _step(copy.deepcopy(base), idx, on),
+        "unfused": _step(_unfused(copy.deepcopy(base)), idx, on),
         "plain": _step(copy.deepcopy(base), idx, off),
         "no-norm": _step(_strip_norms(copy.deepcopy(base)), idx, on),
         "no-norm-plain": _step(_strip_norms(copy.deepcopy(base)), idx, off),
     }
     if compile:
         arms["compiled"] = _step(torch.compile(copy.deepcopy(base)), idx, off)
+    before = load()
     samples = median_times(arms, device, repeats, 0.0)
+    after = load()
     t = {k: statistics.median(v) for k, v in samples.items()}
     record: dict[str, Any] = {
         "model": f"TinyGPT d={d_model} L={n_layers} {norm} + softmax1, batch {batch}x"
         f"{config.context}",
         "seconds": t,
         "spread": {k: [min(v), max(v)] for k, v in samples.items()},
-        "speedup": {k: t[k] / t["kernels"] for k in ("plain", "compiled") if k in t},
+        "speedup": {k: t[k] / t["kernels"] for k in ("unfused", "plain", "compiled") if k in t},
         "norm_share": {
             "kernels": 1 - t["no-norm"] / t["kernels"],
             "plain": 1 - t["no-norm-plain"] / t["plain"],
         },
+        "load": [before, after],
+        "loaded": max(before, after) > torch.get_num_threads(),
     }
     return record

@@ -13,9 +13,13 @@ interleaved with the others (ABC ABC ...), over several repeats, and the median 
 - ``liger``: Liger-Kernel's op on CUDA when ``liger-kernel`` is installed,
 - ``copy``: ``out.copy_(x)`` into a preallocated tensor, the bandwidth bound.
 
-``x copy`` is the least traffic of the op (forward: read x, write y; forward+backward: that
-plus read x and dy, write dx; parameters are negligible) over the time, divided by the
-copy's bandwidth: 1.0 means the op runs at the memory limit.
+``x copy`` (printed as the memory-limit fraction) is the bytes the op must move over its
+time, divided by the copy's bandwidth: 1.0 means the op runs at the memory limit. The bytes
+are counted per op (:func:`traffic`): every tensor read or written once, the parameters and
+their gradients, and the saved per-row statistics (written by the forward, read by the
+backward). The load average is read before and after each record: a record whose 1-minute
+load exceeded the thread count is marked ``loaded`` (other processes shared the cores, and
+the copy baseline suffers more than the kernels, so its ratios are not the kernel's).
 
 Allocation regimes: an op returns a fresh output. glibc serves blocks above its mmap
 ceiling (at most 32 MB) with fresh pages from the kernel, and faulting them in costs more
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import statistics
 import sys
 import time
@@ -44,18 +49,74 @@ from normlab import kernels as K
 __all__ = [
     "OPS",
     "SHAPES",
+    "SWEEP",
     "bench_op",
     "fresh_output_regime",
     "keep_freed_memory",
+    "load",
     "median_times",
+    "traffic",
 ]
 
-OPS = ("rmsnorm", "layernorm", "dyt", "softmax1", "add_rmsnorm")
-#: The issue's two shapes (8M elements each).
+OPS = (
+    "rmsnorm",
+    "layernorm",
+    "dyt",
+    "softmax1",
+    "add_rmsnorm",
+    "add_layernorm",
+    "rmsnorm_offset",
+)
+#: The targets' two shapes (8M elements each).
 SHAPES = ((8192, 1024), (2048, 4096))
-#: Least traffic in units of the input's size: (forward, forward+backward).
-_TRAFFIC = {"add_rmsnorm": (4, 8)}
+#: Widths 64 to 65536 with non-powers of two (8M elements each where the row count allows)
+#: and the per-head QK-norm shape of ROCm/aiter PR #1350.
+SWEEP = (
+    (131072, 64),
+    (87381, 96),
+    (8192, 1000),
+    (8192, 1024),
+    (2048, 4096),
+    (1638, 5120),
+    (682, 12288),
+    (128, 65536),
+    (364800, 128),
+)
+#: Row-sized tensors each op reads or writes: (forward, backward).
+_ROWS = {
+    "add_rmsnorm": (4, 4),  # x, r -> s, y; dy, ds, s -> dx (also dr: the same tensor)
+    "add_layernorm": (4, 4),
+    "softmax1": (2, 3),  # x -> y; dy, y -> dx
+}
+#: Per-row float32 statistics saved by the forward pass (written once, read once).
+_STATS = {"rmsnorm": 1, "rmsnorm_offset": 1, "add_rmsnorm": 1, "layernorm": 2, "add_layernorm": 2}
 _EPS = 1e-6
+
+
+def traffic(op: str, shape: tuple[int, int], dtype: torch.dtype, backward: bool) -> int:
+    """Bytes ``op`` must move on a ``(rows, d)`` input: forward, or forward plus backward.
+
+    Row-sized tensors at the input's width; weight and bias (float32 in the kernels) read
+    once per pass and their gradients written once; saved statistics written by the forward
+    and read by the backward.
+    """
+    rows, d = shape
+    fwd, bwd = _ROWS.get(op, (2, 3))  # x -> y; dy, x -> dx
+    params = {"softmax1": 0, "layernorm": 2, "add_layernorm": 2, "dyt": 2}.get(op, 1)
+    stats = _STATS.get(op, 0) * rows * 4
+    total = fwd * rows * d * dtype.itemsize + params * d * 4 + stats
+    if backward:
+        total += bwd * rows * d * dtype.itemsize + 2 * params * d * 4 + stats
+    return total
+
+
+def load() -> float:
+    """The 1-minute load average (0 where the platform has none)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
 
 Fn = Callable[..., Any]
 
@@ -65,7 +126,9 @@ def _reference(op: str) -> Fn:
         "rmsnorm": lambda x, w, b, r: NF.rms_norm(x, (x.shape[-1],), w, _EPS),
         "layernorm": lambda x, w, b, r: NF.layer_norm(x, (x.shape[-1],), w, b),
         "dyt": lambda x, w, b, r: NF.dyt(x, b[:1], w, b),
-        "add_rmsnorm": lambda x, w, b, r: NF.rms_norm(x + r, (x.shape[-1],), w, _EPS),
+        "add_rmsnorm": lambda x, w, b, r: NF.add_rms_norm(x, r, (x.shape[-1],), w, _EPS),
+        "add_layernorm": lambda x, w, b, r: NF.add_layer_norm(x, r, (x.shape[-1],), w, b),
+        "rmsnorm_offset": lambda x, w, b, r: NF.rms_norm(x, (x.shape[-1],), w, _EPS, offset=1.0),
         "softmax1": lambda x, w, b, r: NF.softmax1(x),
     }[op]
 
@@ -73,9 +136,13 @@ def _reference(op: str) -> Fn:
 def _textbook(op: str) -> Fn:
     """The formula as a user would write it for ``torch.compile``: float32, no guards."""
 
-    def rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    def rms(x: torch.Tensor, w: torch.Tensor, off: float = 0.0) -> torch.Tensor:
         xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + _EPS) * w.float()).to(x.dtype)
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + _EPS) * (w.float() + off)
+        return y.to(x.dtype)
+
+    def ln(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x.float(), (x.shape[-1],), w.float(), b.float()).to(x.dtype)
 
     def softmax1(x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
@@ -85,13 +152,13 @@ def _textbook(op: str) -> Fn:
 
     return {
         "rmsnorm": lambda x, w, b, r: rms(x, w),
-        "layernorm": lambda x, w, b, r: F.layer_norm(
-            x.float(), (x.shape[-1],), w.float(), b.float()
-        ).to(x.dtype),
+        "layernorm": lambda x, w, b, r: ln(x, w, b),
         "dyt": lambda x, w, b, r: (
             torch.tanh(b[:1].float() * x.float()) * w.float() + b.float()
         ).to(x.dtype),
-        "add_rmsnorm": lambda x, w, b, r: rms(x + r, w),
+        "add_rmsnorm": lambda x, w, b, r: (rms(x + r, w), x + r),
+        "add_layernorm": lambda x, w, b, r: (ln(x + r, w, b), x + r),
+        "rmsnorm_offset": lambda x, w, b, r: rms(x, w, 1.0),
         "softmax1": lambda x, w, b, r: softmax1(x),
     }[op]
 
@@ -101,7 +168,9 @@ def _fast(op: str) -> Fn:
         "rmsnorm": lambda x, w, b, r: K.rms_norm(x, (x.shape[-1],), w, _EPS),
         "layernorm": lambda x, w, b, r: K.layer_norm(x, (x.shape[-1],), w, b),
         "dyt": lambda x, w, b, r: K.dyt(x, b[:1], w, b),
-        "add_rmsnorm": lambda x, w, b, r: K.add_rms_norm(x, r, (x.shape[-1],), w, _EPS)[0],
+        "add_rmsnorm": lambda x, w, b, r: K.add_rms_norm(x, r, (x.shape[-1],), w, _EPS),
+        "add_layernorm": lambda x, w, b, r: K.add_layer_norm(x, r, (x.shape[-1],), w, b),
+        "rmsnorm_offset": lambda x, w, b, r: K.rms_norm(x, (x.shape[-1],), w, _EPS, offset=1.0),
         "softmax1": lambda x, w, b, r: K.softmax1(x),
     }[op]
 
@@ -112,7 +181,11 @@ def _torch_op(op: str) -> Fn | None:
     if op == "layernorm":
         return lambda x, w, b, r: F.layer_norm(x, (x.shape[-1],), w, b)
     if op == "add_rmsnorm":
-        return lambda x, w, b, r: F.rms_norm(x + r, (x.shape[-1],), w, _EPS)
+        return lambda x, w, b, r: (F.rms_norm(x + r, (x.shape[-1],), w, _EPS), x + r)
+    if op == "add_layernorm":
+        return lambda x, w, b, r: (F.layer_norm(x + r, (x.shape[-1],), w, b), x + r)
+    if op == "rmsnorm_offset":  # the gain formed in the weight's dtype, as a user would
+        return lambda x, w, b, r: F.rms_norm(x, (x.shape[-1],), w + 1.0, _EPS)
     return None
 
 
@@ -168,11 +241,15 @@ def median_times(
     return samples
 
 
-def _inputs(shape: tuple[int, int], dtype: torch.dtype, device: str) -> list[torch.Tensor]:
+def _inputs(
+    shape: tuple[int, int], dtype: torch.dtype, device: str, op: str = ""
+) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     x, r, g = (torch.randn(shape, generator=gen).to(device=device, dtype=dtype) for _ in range(3))
-    w = torch.ones(shape[1], device=device, dtype=dtype)  # parameters in the model's dtype
-    b = torch.full((shape[1],), 0.5, device=device, dtype=dtype)
+    # parameters in the model's dtype; Gemma's (1 + w) keeps a float32 weight
+    wdtype = torch.float32 if op == "rmsnorm_offset" else dtype
+    w = torch.ones(shape[1], device=device, dtype=wdtype)
+    b = torch.full((shape[1],), 0.5, device=device, dtype=wdtype)
     return [x, w, b, r, g]
 
 
@@ -188,7 +265,7 @@ def bench_op(
     min_time: float = 0.1,
 ) -> dict[str, Any]:
     """Time every variant of ``op`` on one ``(rows, d)`` input; return one record."""
-    x, w, b, r, g = _inputs(shape, dtype, device)
+    x, w, b, r, g = _inputs(shape, dtype, device, op)
     out = torch.empty_like(x)
     variants: dict[str, Fn] = {"normlab": _fast(op), "eager": _reference(op)}
     for name, fn in (("torch", _torch_op(op)), ("liger", _liger_op(op, shape[1], device))):
@@ -198,19 +275,32 @@ def bench_op(
         variants["compiled"] = torch.compile(_textbook(op), dynamic=False)
     leaves = [t.detach().requires_grad_(backward) for t in (x, w, b, r)]
 
+    # the fused ops return (normed, sum): both get a gradient, as in a residual stream
+    wrt = leaves[:3] if op in ("layernorm", "add_layernorm", "dyt") else leaves[:2]
+    if op.startswith("add_"):
+        wrt = [*wrt, leaves[3]]
+
     def call(fn: Fn) -> Callable[[], Any]:
         if not backward:
             return lambda: fn(*leaves)
-        return lambda: torch.autograd.grad(fn(*leaves), leaves[:2], g, allow_unused=True)
+
+        def step() -> Any:
+            outs = fn(*leaves)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            return torch.autograd.grad(outs, wrt, (g,) * len(outs), allow_unused=True)
+
+        return step
 
     fns = {name: call(fn) for name, fn in variants.items()}
     fns["copy"] = lambda: out.copy_(x)
+    before = load()
     with torch.set_grad_enabled(backward):
         samples = median_times(fns, device, repeats, min_time)
+    after = load()
     times = {k: statistics.median(v) for k, v in samples.items()}
-    traffic = _TRAFFIC.get(op, (2, 5))[int(backward)] * x.numel() * x.element_size()
+    moved = traffic(op, shape, dtype, backward)
     copy_gbs = 2 * x.numel() * x.element_size() / times["copy"] / 1e9
-    gbs = {k: traffic / t / 1e9 for k, t in times.items() if k != "copy"}
+    gbs = {k: moved / t / 1e9 for k, t in times.items() if k != "copy"}
     return {
         "op": op,
         "shape": list(shape),
@@ -223,6 +313,9 @@ def bench_op(
         "copy_gbs": copy_gbs,
         "x_copy": {k: v / copy_gbs for k, v in gbs.items()},
         "speedup": {k: t / times["normlab"] for k, t in times.items() if k != "copy"},
+        "bytes": moved,
+        "load": [before, after],
+        "loaded": max(before, after) > torch.get_num_threads(),
     }
 
 
@@ -246,13 +339,13 @@ def fresh_output_regime(
         fast = _fast(op)
         for shape in shapes:
             for dtype in dtypes:
-                x, w, b, r, _ = _inputs(shape, dtype, "cpu")
+                x, w, b, r, _ = _inputs(shape, dtype, "cpu", op)
                 out = torch.empty_like(x)
                 fns = _fresh_fns(fast, x, w, b, r, out)
                 with torch.no_grad():
                     samples = median_times(fns, "cpu", repeats, min_time)
                 t = {k: statistics.median(v) for k, v in samples.items()}
-                units = _TRAFFIC.get(op, (2, 5))[0] / 2
+                units = traffic(op, shape, dtype, False) / (2 * x.numel() * x.element_size())
                 records.append({
                     "op": op, "shape": list(shape), "dtype": str(dtype).removeprefix("torch."),
                     "seconds": t, "normlab_x_copy": units * t["copy"] / t["normlab"],
