@@ -163,6 +163,9 @@ def check_output(
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise CliError(f"the output {out} is a file, not a folder; choose another path")
+    blocker = next((p for p in out.parents if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise CliError(f"cannot write to {out}: {blocker} is a file, not a folder")
     if not _writable_folder(out):
         raise CliError(
             f"cannot write to {out}: the folder cannot be created or written there; choose "
