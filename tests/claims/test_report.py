@@ -337,3 +337,4 @@ def test_claim_command_at_one_seed_says_no_interval_not_failed(
     text = capsys.readouterr().out
     assert "premise baseline_ranked" in text and "one seed: no interval" in text
     assert "FAILED" not in text
+    assert " s wall, " in text and " s CPU" in text  # each task's two times, labelled

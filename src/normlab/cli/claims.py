@@ -237,7 +237,8 @@ def _claim(args: argparse.Namespace) -> int:
     for task in result.all_tasks:
         which = "checks" if task.is_checks else f"seed {task.seed}"
         cached = ", cached" if task.cached else ""
-        console.print(f"{which} ({task.status}, {task.seconds:.1f} s{cached})")
+        cpu = "" if task.cpu_seconds is None else f", {task.cpu_seconds:.1f} s CPU"
+        console.print(f"{which} ({task.status}, {task.seconds:.1f} s wall{cpu}{cached})")
         if task.error:
             console.print(task.error, markup=False, highlight=False)
         elif not task.is_checks and task.measurement:
