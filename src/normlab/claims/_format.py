@@ -5,6 +5,13 @@ not import each other).
 Every function reads decoded records (plain dicts of :mod:`normlab.claims.schema`) and
 tolerates fields that older or newer records lack: ``premises`` (protocol v3) or
 ``preconditions`` (v2), and an effect's optional ``would_be`` and ``parts``.
+
+A mean and its interval are printed together (`fmt_estimate`, `ordered_texts`) with as many
+significant figures as keep the printed bounds around the printed mean. A premise is held,
+failed, underpowered, or has no interval (one seed), never "failed" for want of seeds
+(`premise_state`). A claim's robustness is robust, fragile at the neighbours that change
+its verdict, or not run; a neighbour where the claim is untestable is named apart
+(`robustness_status`).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "NO_VERDICT",
     "claimed",
     "edge_count",
     "failed_premises",

@@ -180,12 +180,12 @@ def _mean_tables(measurements: Sequence[Mapping[str, Any]], *, heading: bool = T
     for start in range(0, len(cols), MAX_COLUMNS):
         chunk = cols[start : start + MAX_COLUMNS]
         body = [
-            [f"<b>{code_name(r)}</b>"] + [cell(c, r) if transpose else cell(r, c) for c in chunk]
+            [f"<b>{_code_name(r)}</b>"] + [cell(c, r) if transpose else cell(r, c) for c in chunk]
             for r in rows
         ]
         parts.append(
             table(
-                [esc(corner), *(code_name(c) for c in chunk)],
+                [esc(corner), *(_code_name(c) for c in chunk)],
                 body,
                 numeric=[False] + [True] * len(chunk),
                 wrap=True,
@@ -259,7 +259,7 @@ def _checks(checks: Sequence[Mapping[str, Any]]) -> str:
     return f"<h3>Implementation checks (run once)</h3><ul class='checks'>{items}</ul>"
 
 
-def code_name(name: str) -> str:
+def _code_name(name: str) -> str:
     """Text with code-like names (``softmax_suppresses_far_score``), escaped, that may wrap
     after each underscore (``<wbr>``) rather than mid-word."""
     return esc(name).replace("_", "_<wbr>")
@@ -291,7 +291,7 @@ def _premises(record: Mapping[str, Any]) -> str:
             mean = p.get("value", p.get("mean"))
             rows.append(
                 [
-                    f"<b>{code_name(p['name'])}</b>",
+                    f"<b>{_code_name(p['name'])}</b>",
                     esc(p.get("description", "")),
                     esc(fmt_estimate(mean, p.get("low"), p.get("high"), signed=False)),
                     esc(need),
@@ -307,7 +307,7 @@ def _premises(record: Mapping[str, Any]) -> str:
     if pres:
         rows = [
             [
-                f"<b>{code_name(p['name'])}</b>",
+                f"<b>{_code_name(p['name'])}</b>",
                 esc(p["description"]),
                 fmt_value(p["value"]),
                 f"{esc(p['op'])} {fmt_value(p['threshold'])}",
@@ -456,7 +456,7 @@ def _robustness_cell(record: Mapping[str, Any]) -> str:
 def _robustness(record: Mapping[str, Any]) -> str:
     rows = [
         [
-            code_name(str(r.get("setting", ""))),
+            _code_name(str(r.get("setting", ""))),
             esc(fmt_value(r["value"]) if isinstance(r.get("value"), float) else r.get("value")),
             _badge(str(r.get("verdict", ""))),
             esc(fmt_estimate(r.get("mean"), r.get("low"), r.get("high"))) if "mean" in r else "",
@@ -569,7 +569,7 @@ def render_claim(
     body = f"""<p><a href="../index.html">&larr; all claims</a></p>
 <section id="{esc(c["id"])}"><h1>{esc(c["id"])} {_badge(c["verdict"])}{_caveats(c)}</h1>
 <p class="muted">{esc(c["paper"])}</p>{banner}
-<p class="why"><b>Why.</b> {code_name(c["why"])}</p>
+<p class="why"><b>Why.</b> {_code_name(c["why"])}</p>
 <p class="small">Robustness: {_robustness_cell(c)}. Premises held: {held} of {total}.
 Null calibration: {_null_mark(c.get("null")) or "n/a"}.</p>
 <p><b>Hypothesis.</b> {esc(c["hypothesis"])}</p>
@@ -637,7 +637,7 @@ def _summary(claims: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
                 _badge(c["verdict"]),
                 esc(key_number(c)) or "<span class='muted'>none</span>",
                 relation,
-                f"<span class='why'>{code_name(c['why'])}</span>",
+                f"<span class='why'>{_code_name(c['why'])}</span>",
                 f"{c['seeds']}<br><span class='small'>{_seconds(c.get('cpu_seconds'))}</span>",
                 _null_cell(c),
                 f"<span class='small'>{_robustness_cell(c)}</span>",
