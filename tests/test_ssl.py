@@ -12,6 +12,7 @@ from normlab.ssl import (
     center_update,
     centered_teacher,
     cluster_usage,
+    nmi,
     prior_normalize,
 )
 
@@ -81,3 +82,12 @@ def test_modes_and_errors():
     with pytest.raises(ValueError, match="clusters"):
         TeacherNorm(4)(z.float())
     assert "mode='center'" in repr(TeacherNorm(5))
+
+
+def test_nmi_matches_scikit_learn():
+    from sklearn.metrics import normalized_mutual_info_score
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randint(4, (200,), generator=g), torch.randint(5, (200,), generator=g)
+    assert nmi(a, b) == pytest.approx(normalized_mutual_info_score(a, b), abs=1e-12)
+    assert nmi(a, (a + 1) % 4) == pytest.approx(1.0)

@@ -36,6 +36,7 @@ __all__ = [
     "center_update",
     "centered_teacher",
     "cluster_usage",
+    "nmi",
     "prior_normalize",
 ]
 
@@ -171,3 +172,38 @@ def cluster_usage(probs: torch.Tensor, *, hard: bool = False) -> ClusterUsage:
     prior = prior / prior.sum()
     entropy = float(-(prior * prior.clamp_min(1e-300).log()).sum())
     return ClusterUsage(tuple(prior.tolist()), entropy, math.exp(entropy))
+
+
+def nmi(labels: torch.Tensor, assigned: torch.Tensor) -> float:
+    """Normalized mutual information between two labelings of the same samples.
+
+    ``NMI = I(a; b) / ((H(a) + H(b)) / 2)`` (the arithmetic normalization, scikit-learn's
+    default): 1 when the cluster assignment determines the labels up to renaming, 0 when it
+    is independent of them; 1 when both labelings have a single class (zero entropy).
+
+    Args:
+        labels: integer labels ``(n,)``, the ground truth.
+        assigned: integer cluster assignments ``(n,)`` (e.g. ``probs.argmax(-1)``).
+
+    Examples:
+        >>> import torch
+        >>> labels = torch.tensor([0, 0, 1, 1, 2, 2])
+        >>> nmi(labels, torch.tensor([2, 2, 0, 0, 1, 1]))  # the same partition, renamed
+        1.0
+        >>> round(nmi(labels, torch.tensor([0, 1, 0, 1, 0, 1])), 6)  # independent of it
+        0.0
+    """
+    a, b = labels.long(), assigned.long()
+    joint = torch.zeros(int(a.max()) + 1, int(b.max()) + 1, dtype=torch.float64)
+    joint.index_put_((a, b), torch.ones(len(a), dtype=torch.float64), accumulate=True)
+    joint /= joint.sum()
+    pa, pb = joint.sum(1), joint.sum(0)
+
+    def h(p: torch.Tensor) -> float:
+        p = p[p > 0]
+        return float(-(p * p.log()).sum())
+
+    nz = joint > 0
+    mi = float((joint[nz] * (joint[nz] / (pa[:, None] * pb[None, :])[nz]).log()).sum())
+    denom = (h(pa) + h(pb)) / 2
+    return mi / denom if denom > 0 else 1.0

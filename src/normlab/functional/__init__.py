@@ -36,6 +36,7 @@ from normlab.functional.quadrature import (
     blend_quad_norm,
     quad_moments,
     quad_norm,
+    quad_relative_error,
     quadrature_weights,
     quadrature_weights_1d,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "null_mass",
     "quad_moments",
     "quad_norm",
+    "quad_relative_error",
     "quadrature_weights",
     "quadrature_weights_1d",
     "rms_norm",

@@ -14,7 +14,7 @@ from torch import nn
 
 from normlab.layers.scaling import AdaptiveScaling
 
-__all__ = ["TinySegNet"]
+__all__ = ["TinySegNet", "pixel_f1"]
 
 
 class TinySegNet(nn.Module):
@@ -45,3 +45,25 @@ class TinySegNet(nn.Module):
         m = F.relu(self.mid(F.relu(self.down(h))))
         u = self.up(m)
         return self.head(F.relu(self.dec(torch.cat([h, u], dim=1))))
+
+
+def pixel_f1(logits: torch.Tensor, mask: torch.Tensor) -> float:
+    """Pixel F1 of the prediction ``logits > 0`` against a 0/1 ``mask``.
+
+    ``F1 = 2 TP / (2 TP + FP + FN)`` over every pixel (the Dice coefficient of the two
+    masks); 1 when both are empty.
+
+    Args:
+        logits: per-pixel logits, any shape.
+        mask: the target, the shape of ``logits``; values above 0.5 are positive.
+
+    Examples:
+        >>> import torch
+        >>> mask = torch.tensor([1.0, 1.0, 0.0, 0.0])
+        >>> pixel_f1(torch.tensor([2.0, -1.0, 3.0, -2.0]), mask)  # TP 1, FN 1, FP 1
+        0.5
+    """
+    pred, true = logits > 0, mask > 0.5
+    tp = float((pred & true).sum())
+    wrong = float((pred ^ true).sum())
+    return 2 * tp / (2 * tp + wrong) if tp + wrong > 0 else 1.0
