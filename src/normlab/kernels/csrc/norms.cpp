@@ -97,9 +97,33 @@ inline float fast_exp(float x) {
   return x < -87.33f ? 0.0f : p * scale;
 }
 
-// tanh(z): odd Taylor series to z^13 for |z| < 0.4 (error < 3e-8), else
-// 1 - 2 / (1 + exp(2|z|)) with |z| clamped at 9 (tanh(9) rounds to 1 in float32).
-inline float fast_tanh(float z) {
+// tanh(z) for DyT's forward: Eigen's rational approximation (generic_fast_tanh_float), a
+// degree-13/6 odd rational in z clamped to |z| <= 7.905 (where it reaches 1 - 2^-24), one
+// division and no exp, so it vectorises at the memory limit: 8M floats in 1.7 ms against
+// 1.9 ms for a copy, where SLEEF's tanhf16_u10 (ATen's Vectorized<float>::tanh) took 16 ms
+// and tanh_precise 5 ms (one thread, measured here). Error against float64 below 2e-7.
+inline float tanh_fast(float z) {
+  constexpr float clamp = 7.90531110763549805f;
+  const float x = z > clamp ? clamp : (z < -clamp ? -clamp : z);  // NaN passes through
+  const float x2 = x * x;
+  float p = -2.76076847742355e-16f;
+  p = p * x2 + 2.00018790482477e-13f;
+  p = p * x2 - 8.60467152213735e-11f;
+  p = p * x2 + 5.12229709037114e-08f;
+  p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f;
+  p = p * x2 + 4.89352455891786e-03f;
+  float q = 1.19825839466702e-06f;
+  q = q * x2 + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f;
+  q = q * x2 + 4.89352518554385e-03f;
+  return (p * x) / q;
+}
+
+// tanh(z) for DyT's backward, where 1 - t^2 summed over every element (d alpha) turns a
+// tanh error near |t| = 1 into a bias: odd Taylor series to z^13 for |z| < 0.4 (error
+// < 3e-8), else 1 - 2 / (1 + exp(2|z|)) with |z| clamped at 9 (error below 1e-7).
+inline float tanh_precise(float z) {
   float a = std::fabs(z);
   float z2 = z * z;
   float q = 21844.0f / 6081075.0f;
@@ -323,7 +347,7 @@ void dyt_fwd(const T* x, float alpha, const float* w, const float* bias, T* y, l
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
   for (long i = 0; i < R; ++i) {
     const long o = i * D;
-    emit(y + o, D, [&](long j) { return fast_tanh(alpha * ld(x + o, j)) * w[j] + bias[j]; });
+    emit(y + o, D, [&](long j) { return tanh_fast(alpha * ld(x + o, j)) * w[j] + bias[j]; });
   }
 }
 
@@ -343,7 +367,7 @@ void dyt_bwd(const T* dy, const T* x, float alpha, const float* w, T* dx, float*
 #pragma omp simd reduction(+ : dar)
       for (long j = 0; j < D; ++j) {
         float xv = ld(x + o, j);
-        float t = fast_tanh(alpha * xv);
+        float t = tanh_precise(alpha * xv);
         float g = ld(dy + o, j);
         float gt = g * w[j] * (1.0f - t * t);
         st(dx + o, j, gt * alpha);
