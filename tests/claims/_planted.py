@@ -10,7 +10,6 @@ import math
 import os
 import time
 
-from normlab.claims.common import cell
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -20,6 +19,7 @@ from normlab.claims.core import (
     Margin,
     Precondition,
     Premise,
+    cell,
 )
 
 CONFIGS = {

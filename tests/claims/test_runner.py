@@ -103,7 +103,7 @@ def _edited(monkeypatch, relative: str) -> None:
 
 @pytest.mark.parametrize(
     "relative",
-    ["claims/common.py", "claims/core.py", "probes/rank.py", "_checks.py"],
+    ["claims/catalogue/__init__.py", "claims/core.py", "probes/rank.py", "_checks.py"],
 )
 def test_task_key_changes_when_any_imported_module_changes(planted, monkeypatch, relative):
     claim = planted["planted-ok"]
@@ -120,7 +120,7 @@ def test_task_key_ignores_unrelated_modules_and_hashes_the_claim_module(planted,
     assert task_key(claim, "quick", 0) == before
     closure = sources.source_closure(tasks_module.claim_modules(claim))
     assert "tests.claims._planted" in closure  # a claim outside normlab is hashed itself
-    assert {"normlab.claims.common", "normlab.probes.rank"} <= set(closure)
+    assert {"normlab.claims.core", "normlab.probes.rank"} <= set(closure)
 
 
 def test_closure_follows_function_level_and_relative_imports(tmp_path):

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["QUICK_GPT", "cell", "loglog_slope", "seed_everything", "spearman"]
+__all__ = ["QUICK_GPT", "loglog_slope", "seed_everything", "spearman"]
 
 #: TinyGPT's shape at quick scale, shared so that claims share cached trained models.
 QUICK_GPT = {"d_model": 64, "n_layers": 2, "n_heads": 4, "context": 64}
@@ -21,17 +20,6 @@ def seed_everything(seed: int) -> torch.Generator:
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
-
-
-def cell(measurement: dict[str, Any], method: str, metric: str) -> float:
-    """``measurement["table"][method][metric]`` as a float, with a clear error if absent."""
-    try:
-        return float(measurement["table"][method][metric])
-    except KeyError:
-        methods = sorted(measurement.get("table", {}))
-        raise KeyError(
-            f"No {metric!r} for {method!r} in the table (methods: {methods})."
-        ) from None
 
 
 def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:

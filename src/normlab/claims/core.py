@@ -49,6 +49,7 @@ __all__ = [
     "Precondition",
     "Premise",
     "all_claims",
+    "cell",
     "claimed_bound",
     "claimed_relation",
     "difference",
@@ -204,14 +205,21 @@ def measured_at(item: Effect | Premise | Precondition, scale: str | None) -> boo
     return scale is None or not item.scales or scale in item.scales
 
 
-def _cell(measurement: Measurement, arm: str, metric: str) -> float:
+def cell(measurement: Measurement, arm: str, metric: str) -> float:
+    """``measurement["table"][arm][metric]`` as a float: the one reader of a table cell.
+
+    A cell holding None (a value the claim could not compute, e.g. a diverged run's
+    validation loss; ``results.json`` writes non-finite numbers as null too) reads as NaN.
+
+    Raises:
+        KeyError: naming the table's arms when ``arm`` or its ``metric`` is absent.
+    """
     try:
-        return float(measurement["table"][arm][metric])
+        value = measurement["table"][arm][metric]
     except KeyError:
         arms = sorted(measurement.get("table", {}))
         raise KeyError(f"No {metric!r} for {arm!r} in the table (arms: {arms}).") from None
-    except TypeError:  # None: a value the claim could not compute
-        return math.nan
+    return math.nan if value is None else float(value)
 
 
 def difference(
@@ -239,7 +247,7 @@ def difference(
     other = baseline_metric or metric
 
     def fn(m: Measurement) -> float:
-        a, b = _cell(m, method, metric), _cell(m, baseline, other)
+        a, b = cell(m, method, metric), cell(m, baseline, other)
         return math.log10(a) - math.log10(b) if log10 else a - b
 
     return Effect(
@@ -472,7 +480,6 @@ class Claim:
             figure draws different panels at different scales.
         exclusive: the measurement is a timing: the runner runs this claim's tasks alone,
             one at a time in its own process, after every other task has finished.
-        version: bump to invalidate cached results when the claim's meaning changes.
     """
 
     id: str
@@ -495,7 +502,6 @@ class Claim:
     figure: Callable[[Sequence[Measurement]], Any] | None = None
     caption: str | Mapping[str, str] = ""
     exclusive: bool = False
-    version: int = 1
 
     def __post_init__(self) -> None:
         if not _ID.fullmatch(self.id):

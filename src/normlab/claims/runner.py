@@ -3,7 +3,7 @@
 A claim at a scale is one task per seed (``claim.run(config, seed)``) plus, when it has
 implementation checks, one *checks* task that runs every :class:`~normlab.claims.core.Check`
 once. Every finished task is written atomically to ``OUT/tasks/`` under a key that hashes
-the claim's id, scale, seed, config and version and the source of every normlab module the
+the claim's id, scale, seed and config and the source of every normlab module the
 claim's module imports, directly or not (:mod:`normlab._sources`): a run killed at any
 moment resumes without recomputing finished work, and a change anywhere in the code a claim
 depends on recomputes it. A task that raises is recorded with its traceback, the run goes

@@ -1,8 +1,8 @@
 """One task of a claim: a (claim, scale, seed) run or a claim's checks, its cache key and
 its result record.
 
-A task's key hashes the claim's id, scale, seed, config (with any robustness override) and
-version, the source of every normlab module the claim's module imports, directly or not,
+A task's key hashes the claim's id, scale, seed, config (with any robustness override),
+the source of every normlab module the claim's module imports, directly or not,
 C++ included (:mod:`normlab._sources`), and the torch and Python versions and the thread
 count: a change anywhere a result depends on recomputes it. Every task runs with
 :data:`THREADS` torch threads, whatever ``--jobs`` is, so results never depend on how many
@@ -126,7 +126,7 @@ def task_key(
     code: str | None = None,
     override: dict[str, Any] | None = None,
 ) -> str:
-    """The cache key of a task: changes when the claim's config or version changes, the
+    """The cache key of a task: changes when the claim's config changes, the
     source of any normlab module it imports (directly or not, its C++ included) changes,
     or torch, Python, a library that can change its numbers (:func:`library_versions`)
     or the task's thread count change.
@@ -148,7 +148,6 @@ def task_key(
             "scale": scale,
             "seed": "checks" if seed is None else seed,
             "config": task_config(claim, scale, override),
-            "version": claim.version,
             "code": code or closure_hash(claim_modules(claim)),
             "torch": torch.__version__,
             "python": platform.python_version(),

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from normlab.attention.mha import MultiheadAttention
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -52,6 +52,7 @@ from normlab.claims.core import (
     FreeSetting,
     Margin,
     Premise,
+    cell,
     register_claim,
 )
 from normlab.functional import layer_norm
@@ -534,6 +535,5 @@ CLAIM = register_claim(
             "residuals (blue, orange) it falls by decades; with residuals (green, red) it "
             "stays near its start."
         ),
-        version=3,
     )
 )

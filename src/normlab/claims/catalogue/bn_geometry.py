@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -37,6 +37,7 @@ from normlab.claims.core import (
     FreeSetting,
     Margin,
     Premise,
+    cell,
     register_claim,
 )
 from normlab.papers import paper
@@ -200,6 +201,5 @@ CLAIM = register_claim(
             "full": {**_BASE, "seeds": 20, "width": 32, "depth": 4, "anchors": 32},
         },
         run=run,
-        version=2,
     )
 )

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -54,6 +54,7 @@ from normlab.claims.core import (
     Margin,
     Precondition,
     Premise,
+    cell,
     difference,
     register_claim,
 )
@@ -417,6 +418,5 @@ CLAIM = register_claim(
             "the 10-image attacker's recalibration (orange) and after a full retain pass "
             "(green). Taller orange/green bars than blue are the BatchNorm artifact."
         ),
-        version=3,
     )
 )

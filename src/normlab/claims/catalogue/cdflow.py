@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from normlab.claims.common import cell, loglog_slope, seed_everything
+from normlab.claims.common import loglog_slope, seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -36,6 +36,7 @@ from normlab.claims.core import (
     FreeSetting,
     Margin,
     Premise,
+    cell,
     difference,
     register_claim,
 )

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -32,6 +32,7 @@ from normlab.claims.core import (
     FreeSetting,
     Margin,
     Premise,
+    cell,
     difference,
     register_claim,
 )

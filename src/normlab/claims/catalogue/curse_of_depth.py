@@ -311,6 +311,5 @@ CLAIM = register_claim(
             "line is damping) and the loss increase when each block is dropped (right; "
             "higher on the deep blocks means they are used)."
         ),
-        version=4,
     )
 )

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from normlab.claims.common import cell, seed_everything, spearman
+from normlab.claims.common import seed_everything, spearman
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -48,6 +48,7 @@ from normlab.claims.core import (
     Margin,
     Precondition,
     Premise,
+    cell,
     difference,
     register_claim,
 )
@@ -278,6 +279,5 @@ CLAIM = register_claim(
         figure=_figure,
         caption="Training loss (top, log scale) and the largest LayerNorm Jacobian norm "
         "(bottom) per step: look for curvature maxima at the loss spikes.",
-        version=2,
     )
 )

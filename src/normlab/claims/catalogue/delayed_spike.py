@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -41,6 +41,7 @@ from normlab.claims.core import (
     Margin,
     Precondition,
     Premise,
+    cell,
     difference,
     register_claim,
 )
@@ -314,6 +315,5 @@ CLAIM = register_claim(
         caption="Loss (top; dotted: no BN) and kappa (bottom; the line is the threshold 2). "
         "Vertical lines mark the directional onset.",
         scale_note="",
-        version=2,
     )
 )

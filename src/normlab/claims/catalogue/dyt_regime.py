@@ -337,6 +337,5 @@ CLAIM = register_claim(
             "small data budget, orange the large. DyT should end below LayerNorm in blue and "
             "above it in orange."
         ),
-        version=3,
     )
 )

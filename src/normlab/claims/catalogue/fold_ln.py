@@ -51,7 +51,7 @@ import torch
 from torch import nn
 
 from normlab import kernels as K
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -60,6 +60,7 @@ from normlab.claims.core import (
     Margin,
     Precondition,
     Premise,
+    cell,
     difference,
     register_claim,
 )
@@ -426,6 +427,5 @@ CLAIM = register_claim(
             "the forward time (red); the band is the seed's 2-12%."
         ),
         exclusive=True,
-        version=5,
     )
 )

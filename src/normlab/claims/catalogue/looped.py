@@ -343,6 +343,5 @@ CLAIM = register_claim(
         figure=_figure,
         caption="Held-out bits per byte per arm, one dot per seed (blue: plain looped, "
         "orange: fully looped and its single-change ablations).",
-        version=3,
     )
 )

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -33,6 +33,7 @@ from normlab.claims.core import (
     FreeSetting,
     Margin,
     Premise,
+    cell,
     difference,
     register_claim,
 )

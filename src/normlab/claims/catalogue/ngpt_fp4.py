@@ -44,8 +44,8 @@ import torch
 from torch import nn
 
 from normlab.claims.catalogue._lm_settings import HELD_OUT, UNIFORM_BPB
-from normlab.claims.common import cell, loglog_slope, seed_everything
-from normlab.claims.core import Claim, Effect, FreeSetting, Margin, Premise, register_claim
+from normlab.claims.common import loglog_slope, seed_everything
+from normlab.claims.core import Claim, Effect, FreeSetting, Margin, Premise, cell, register_claim
 from normlab.claims.protocol import tune_arms
 from normlab.data.corpus import corpus, sample_batch
 from normlab.models.gpt import GPTConfig
@@ -411,6 +411,5 @@ CLAIM = register_claim(
             "(orange), one line per seed; nGPT should sit lower. Right: the NVFP4 SNR of "
             "the fp32 models' GEMMs against width; nGPT's should rise faster."
         ),
-        version=3,
     )
 )

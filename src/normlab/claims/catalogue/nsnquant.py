@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from normlab.claims.common import QUICK_GPT, cell, seed_everything
+from normlab.claims.common import QUICK_GPT, seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -45,6 +45,7 @@ from normlab.claims.core import (
     FreeSetting,
     Margin,
     Premise,
+    cell,
     difference,
     register_claim,
 )
@@ -493,6 +494,5 @@ CLAIM = register_claim(
             },
         },
         run=run,
-        version=4,
     )
 )

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from normlab.claims.catalogue._lm_settings import HELD_OUT, lm_train_config
-from normlab.claims.common import cell, seed_everything, spearman
+from normlab.claims.common import seed_everything, spearman
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -49,6 +49,7 @@ from normlab.claims.core import (
     Margin,
     Precondition,
     Premise,
+    cell,
     difference,
     register_claim,
 )
@@ -483,6 +484,5 @@ CLAIM = register_claim(
             "curves nearly coincide if scaling preserves error propagation. Right: stream "
             "growth (blue, left axis) rises with s while the final error (red) stays flat."
         ),
-        version=3,
     )
 )

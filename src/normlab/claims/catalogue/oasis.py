@@ -57,7 +57,7 @@ import torch
 
 from normlab.attention.depth import AttnResidual, null_signal
 from normlab.claims.catalogue._lm_settings import UNIFORM_BPB
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Claim,
     Effect,
@@ -65,6 +65,7 @@ from normlab.claims.core import (
     Margin,
     Precondition,
     Premise,
+    cell,
     difference,
     register_claim,
 )
@@ -508,6 +509,5 @@ CLAIM = register_claim(
             "per seed; OASIS should sit below attnres), and OASIS's coupling beta over "
             "training (right; a flat line at its initial 0.69 means the coupling never moved)."
         ),
-        version=3,
     )
 )

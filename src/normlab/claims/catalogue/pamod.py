@@ -32,8 +32,17 @@ from typing import Any
 
 import numpy as np
 
-from normlab.claims.common import cell, seed_everything
-from normlab.claims.core import Claim, Effect, FreeSetting, Margin, Premise, register_claim
+from normlab.claims.common import seed_everything
+from normlab.claims.core import (
+    Claim,
+    Effect,
+    FreeSetting,
+    Margin,
+    Premise,
+    cell,
+    difference,
+    register_claim,
+)
 from normlab.claims.protocol import tune_arms
 from normlab.data.series import named_series, split_windows
 from normlab.papers import paper
@@ -161,7 +170,10 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
                             return math.inf, (model, test, result.diverged)
                         return result.val_mse, (model, test, None)
 
-                    tuned, records = tune_arms(config, evaluate, arms=methods)
+                    # trivial reference: the training mean (0, standardized) on validation
+                    y_val = splits.val.get(splits.val.spread(config["val_windows"]))[1]
+                    ref = float(y_val.square().mean())
+                    tuned, records = tune_arms(config, evaluate, arms=methods, reference=ref)
                     rows: dict[str, Any] = {"group": group}
                     for method, t in tuned.items():
                         rows[method] = {**t.result[1], "lr": t.chosen["lr"]}
@@ -196,12 +208,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     }
 
 
-def _log_ratio(m: Mapping[str, Any], series: str, baseline: str) -> float:
-    """``log10(MSE_pamod / MSE_baseline)`` on ``series`` (negative: PAMod better)."""
-    return math.log10(cell(m, f"{series}/pamod", "mse") / cell(m, f"{series}/{baseline}", "mse"))
-
-
-def figure(measurements: Sequence[Mapping[str, Any]]) -> Any:
+def _figure(measurements: Sequence[Mapping[str, Any]]) -> Any:
     """Relative gain per configuration (left) and a learned weekly phase table (right)."""
     import matplotlib.pyplot as plt
 
@@ -234,15 +241,17 @@ _GAIN = Margin(
 
 
 def _effect(series: str, baseline: str) -> Effect:
-    return Effect(
+    """``log10(MSE_pamod / MSE_baseline)`` on ``series`` (negative: PAMod better)."""
+    return difference(
         f"{series}_vs_{baseline}",
         f"log10(PAMod / {baseline} test MSE) on {series} (mean over horizons x backbones)",
-        lambda m: _log_ratio(m, series, baseline),
+        f"{series}/pamod",
+        f"{series}/{baseline}",
+        "mse",
         direction="less",
         margin=_GAIN,
-        baseline=f"{series}/{baseline}",
-        method=f"{series}/pamod",
         unit="log10 MSE",
+        log10=True,
         if_diverged=IF_DIVERGED,
     )
 
@@ -292,24 +301,48 @@ CLAIM = register_claim(
             _effect("prices", "revin-calendar"),
             _effect("synthetic", "revin"),
             _effect("synthetic", "revin-calendar"),
-            Effect(
+            difference(
                 "control_no_worse",
                 "log10(PAMod / RevIN test MSE) on the non-cyclic control series",
-                lambda m: _log_ratio(m, "control", "revin"),
+                "control/pamod",
+                "control/revin",
+                "mse",
                 direction="no_greater",
                 margin=Margin(
                     math.log10(1 + CONTROL_MARGIN),
                     "normlab's choice: within 2% of RevIN where there is no cycle to learn",
                 ),
-                baseline="control/revin",
-                method="control/pamod",
                 unit="log10 MSE",
+                log10=True,
                 if_diverged=IF_DIVERGED,
             ),
         ),
         free_settings=(
-            FreeSetting("epochs", 3, 12, "normlab's choice: the training budget at quick"),
+            FreeSetting.scaled("epochs", "normlab's choice: the training budget"),
+            FreeSetting.scaled("lookback", "normlab's choice: TSLib's convention L = 96"),
+            FreeSetting("horizons", [48], [192], "normlab's choice: TSLib's shortest, 96"),
+            FreeSetting(
+                "backbones",
+                ["mlp"],
+                ["linear", "dlinear", "mlp"],
+                "normlab's choice: two cheap backbones at quick",
+            ),
+            FreeSetting(
+                "cyclic",
+                ["vic_elec_hourly"],
+                ["vic_elec_hourly", "epf_prices"],
+                "normlab's choice: the cyclic series (the primary reads the demand one only)",
+            ),
+            FreeSetting("control", [], [], "normlab's choice: the no-shift control series"),
+            FreeSetting.scaled("batch", "normlab's choice: windows per Adam step"),
+            FreeSetting.scaled("patience", "normlab's choice: early stopping's patience"),
+            FreeSetting("length", 4000, 16000, "normlab's choice: steps of each series"),
+            FreeSetting("batches_per_epoch", 7, 28, "normlab's choice: an epoch's length"),
+            FreeSetting("val_windows", 128, 512, "normlab's choice: validation windows"),
+            FreeSetting("test_windows", 512, 2048, "normlab's choice: test windows"),
         ),
+        # both epochs neighbours (3, 12) turned the quick verdict (inconclusive) supported
+        decisive="epochs",
         headline=(
             "state of the art on twelve real-world benchmarks with fewer computational "
             "resources (the abstract gives no single number)"
@@ -327,12 +360,11 @@ CLAIM = register_claim(
         scale_note="the primary is the real demand series; quick is cut to 14 batches per "
         "epoch and a two-value lr grid without edge extension (budget); full scale adds "
         "horizons, backbones, whole epochs and the three-value grid.",
-        figure=figure,
+        figure=_figure,
         caption=(
             "Left: PAMod's relative test-MSE gain over RevIN per configuration, one dot per "
             "seed; above 0 is a gain, the dotted line is the control's tolerance. Right: the "
             "learned weekly phase and amplitude tables of the first configuration."
         ),
-        version=3,
     )
 )

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from normlab import functional as NF
-from normlab.claims.common import cell, loglog_slope, seed_everything
+from normlab.claims.common import loglog_slope, seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -43,6 +43,7 @@ from normlab.claims.core import (
     FreeSetting,
     Margin,
     Premise,
+    cell,
     register_claim,
 )
 from normlab.claims.protocol import tune_arms
@@ -456,6 +457,5 @@ CLAIM = register_claim(
             "against test resolution, one colour per norm; QuadNorm should be lowest at the "
             "finer resolutions."
         ),
-        version=3,
     )
 )

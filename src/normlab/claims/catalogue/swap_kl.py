@@ -284,6 +284,5 @@ CLAIM = register_claim(
             "layers are removed by each order (right, every seed): the interchange curve "
             "(orange) should lie below the replacement one (blue) and the random ones (green)."
         ),
-        version=4,
     )
 )

@@ -30,8 +30,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from normlab.claims.common import cell, seed_everything
-from normlab.claims.core import Claim, Effect, FreeSetting, Margin, Premise, register_claim
+from normlab.claims.common import seed_everything
+from normlab.claims.core import Claim, Effect, FreeSetting, Margin, Premise, cell, register_claim
 from normlab.models.regression import ResidualMLP, polynomial_task
 from normlab.papers import paper
 from normlab.probes.geometry import GeometryProfile, distortion, layer_profile, tale_prune
@@ -354,6 +354,5 @@ CLAIM = register_claim(
             "seed 0: OOD (red dashed) departs from ID (black); after OOD-guided TALE the OOD "
             "profile (green) should lie closer to the pruned model's ID profile (dotted)."
         ),
-        version=3,
     )
 )

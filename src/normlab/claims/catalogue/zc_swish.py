@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from normlab import functional as NF
-from normlab.claims.common import cell, seed_everything
+from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -41,6 +41,7 @@ from normlab.claims.core import (
     FreeSetting,
     Margin,
     Premise,
+    cell,
     difference,
     register_claim,
 )
@@ -362,6 +363,5 @@ CLAIM = register_claim(
             "the claim is the gap at depth 16. Right: per-layer activation mean / rms at the "
             "deepest depth after training; ZC-Swish should hug 0."
         ),
-        version=3,
     )
 )
