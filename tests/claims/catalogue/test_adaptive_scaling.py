@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from normlab.claims.catalogue.adaptive_scaling import ARMS, CLAIM, FIXED, f1_score
+from normlab.claims.catalogue.adaptive_scaling import ARMS, CLAIM, FIXED
 
 
 def _table(learned: float, fixed: tuple[float, float, float], frozen: float = 0.1) -> dict:
@@ -56,14 +56,6 @@ def test_checks_pass():
     for check in CLAIM.checks:
         outcome = check.fn(CLAIM.config("smoke"))
         assert outcome.passed, (check.name, outcome)
-
-
-def test_f1_score_closed_form():
-    import torch
-
-    mask = torch.tensor([1.0, 1.0, 0.0, 0.0])
-    logits = torch.tensor([2.0, -1.0, 3.0, -2.0])  # TP 1, FN 1, FP 1
-    assert math.isclose(f1_score(logits, mask), 2 / 4)
 
 
 def test_learned_and_frozen_arms_start_alike_and_frozen_does_not_train():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from normlab.claims.catalogue.affine_rank import CLAIM, STACKS, ln_rank_trials
+from normlab.claims.catalogue.affine_rank import CLAIM, STACKS, _ln_rank_trials
 
 
 def test_smoke_run_measures_every_stack(smoke_measurement):
@@ -21,7 +21,7 @@ def test_smoke_run_measures_every_stack(smoke_measurement):
 
 
 def test_layernorm_adds_exactly_one_affine_dimension_off_the_origin():
-    trials = ln_rank_trials(6, 12, 4, torch.Generator().manual_seed(3))
+    trials = _ln_rank_trials(6, 12, 4, torch.Generator().manual_seed(3))
     assert trials["general"] == [0] * 4 and trials["low"] == [1] * 4
     assert trials["through_origin"] == [0] * 4 and trials["matrix_zero_bias"] == [0] * 4
 

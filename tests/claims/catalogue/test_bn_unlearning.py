@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from normlab.claims.catalogue.bn_unlearning import CLAIM, MODES, unlearn
+from normlab.claims.catalogue.bn_unlearning import CLAIM, MODES, _unlearn
 from normlab.models.bn_cnn import bn_cnn
 
 
@@ -26,7 +26,7 @@ def test_eval_mode_unlearning_leaves_running_statistics_alone():
     stats = model.norms[0].running_mean.clone()
 
     def unlearn_in(mode: str, *, stop_acc: float = -1.0, max_steps: int = 3) -> None:
-        unlearn(
+        _unlearn(
             model,
             "grad-ascent",
             (x, y),

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from normlab.claims.catalogue.kalman_reward import ARMS, CLAIM, summarize
+from normlab.claims.catalogue.kalman_reward import ARMS, CLAIM, _summarize
 from normlab.rl import KalmanRewardNormalizer, RunningRewardNormalizer
 from normlab.training.policy import normalize_returns
 
@@ -25,11 +25,11 @@ def test_smoke_run_tunes_every_arm_and_checks_pass():
 
 def test_summarize_counts_episodes_to_475_and_the_budget_when_unreached():
     rets = [10.0] * 20 + [500.0] * 10
-    s = summarize(rets)
+    s = _summarize(rets)
     assert s["episodes_to_475"] == 28  # the first 8-episode window at >= 475 ends at episode 28
     assert s["solved"] == 1.0
-    assert summarize([10.0] * 30)["episodes_to_475"] == 30
-    assert summarize([10.0] * 30)["solved"] == 0.0
+    assert _summarize([10.0] * 30)["episodes_to_475"] == 30
+    assert _summarize([10.0] * 30)["solved"] == 0.0
     assert s["auc"] == pytest.approx((200 + 5000) / 30)
 
 

@@ -8,10 +8,10 @@ import torch
 
 from normlab.claims import get_claim
 from normlab.claims.catalogue.kappa_attention import (
-    abe_deviation,
-    softmax_limit,
-    tail_exponent,
-    tail_probability,
+    _abe_deviation,
+    _softmax_limit,
+    _tail_exponent,
+    _tail_probability,
 )
 
 CLAIM = get_claim("kappa-attention")
@@ -29,11 +29,11 @@ def test_smoke_table(smoke_measurement):
 def test_operator_properties_hold_tightly():
     config = CLAIM.config("smoke")
     g = torch.Generator().manual_seed(1)
-    limit = softmax_limit(config, g)
+    limit = _softmax_limit(config, g)
     assert limit["max_err"] < 1e-5 and abs(limit["order_in_kappa"] - 2) < 0.05
-    tail, _ = tail_exponent(config, g)
+    tail, _ = _tail_exponent(config, g)
     assert tail["max_rel_error"] < 0.1
-    abe, _ = abe_deviation(config, g)
+    abe, _ = _abe_deviation(config, g)
     assert abs(abe["order_in_eps"] - 2) < 0.1 and abe["reciprocal_gap"] < 1e-12
 
 
@@ -41,8 +41,8 @@ def test_tail_probability_is_algebraic_for_kappa_only():
     """Doubling the distance divides kappa-softmax's far-score mass by about 2^(1/kappa)
     and softmax's by about e^d."""
     config = CLAIM.config("smoke")
-    near = tail_probability({**config, "tail_distance": 50.0}, torch.Generator().manual_seed(0))
-    far = tail_probability({**config, "tail_distance": 100.0}, torch.Generator().manual_seed(0))
+    near = _tail_probability({**config, "tail_distance": 50.0}, torch.Generator().manual_seed(0))
+    far = _tail_probability({**config, "tail_distance": 100.0}, torch.Generator().manual_seed(0))
     kappa_drop = near["kappa-softmax"] - far["kappa-softmax"]
     assert abs(kappa_drop - math.log10(2) / config["lm_kappa"]) < 0.1
     assert abs(near["softmax"] - far["softmax"] - 50 / math.log(10)) < 1e-6

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from normlab.claims.catalogue.macro import CLAIM, build
+from normlab.claims.catalogue.macro import CLAIM, _build
 
 
 def _m(macro_bpb, base_bpb, macro_growth=0.0, control_growth=1.0):
@@ -43,13 +43,13 @@ def test_search_is_decoupled_with_equal_trials():
 
 def test_nonorm_arm_has_no_norm():
     cfg = {"d_model": 16, "n_layers": 1, "n_heads": 2, "context": 8}
-    model = build("nonorm-macro", cfg, 0)
+    model = _build("nonorm-macro", cfg, 0)
     assert isinstance(model.norm_f, nn.Identity)
 
     def norms(m):
         return [x for x in m.modules() if type(x).__name__ in ("RMSNorm", "LayerNorm")]
 
-    assert not norms(model) and len(norms(build("rmsnorm-adamw", cfg, 0))) == 3
+    assert not norms(model) and len(norms(_build("rmsnorm-adamw", cfg, 0))) == 3
 
 
 def test_smoke_run_and_checks():

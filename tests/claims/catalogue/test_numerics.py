@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from normlab.claims.catalogue.numerics import CLAIM, bound_failures, residual_scaling_errors
+from normlab.claims.catalogue.numerics import CLAIM, _bound_failures, _residual_scaling_errors
 from normlab.claims.common import spearman
 from normlab.models.gpt import GPTConfig, TinyGPT
 
@@ -28,8 +28,8 @@ def test_scaling_by_one_is_the_model_itself():
     torch.manual_seed(0)
     model = TinyGPT(GPTConfig(d_model=16, n_layers=2, n_heads=2, context=8))
     idx = torch.randint(0, 256, (2, 8))
-    a = residual_scaling_errors(model, idx, 1.0)
-    b = residual_scaling_errors(model, idx, 1.0)
+    a = _residual_scaling_errors(model, idx, 1.0)
+    b = _residual_scaling_errors(model, idx, 1.0)
     assert a == b and len(a["errors"]) == 3
     assert model.blocks[0].attn.out.weight.dtype == torch.float32  # the model is not changed
 
@@ -38,10 +38,10 @@ def test_overflow_counts_as_failure_unless_documented():
     ok = {"dtype": "bfloat16", "compute": "native", "outlier": 1e4, "error": 0.01, "bound": 0.02}
     over = {**ok, "error": math.inf}
     fp16 = {**over, "dtype": "float16"}
-    assert bound_failures([ok]) == (0, 1, 0)
-    assert bound_failures([over]) == (1, 1, 0)
-    assert bound_failures([fp16]) == (0, 0, 1)
-    assert bound_failures([{**ok, "error": 0.6, "bound": 1.0}]) == (1, 1, 0)
+    assert _bound_failures([ok]) == (0, 1, 0)
+    assert _bound_failures([over]) == (1, 1, 0)
+    assert _bound_failures([fp16]) == (0, 0, 1)
+    assert _bound_failures([{**ok, "error": 0.6, "bound": 1.0}]) == (1, 1, 0)
 
 
 def _table(err_mild, err_large, ln, rms, rho):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from normlab.claims import get_claim
-from normlab.claims.catalogue.oasis import BASELINE, SOFTMAX1, VARIANTS, variant_config
+from normlab.claims.catalogue.oasis import BASELINE, SOFTMAX1, VARIANTS, _variant_config
 from normlab.claims.rule import judge_claim
 
 CLAIM = get_claim("oasis")
@@ -28,7 +28,7 @@ def test_smoke_table(smoke_measurement):
 
 def test_variants():
     config = CLAIM.config("quick")
-    built = {name: variant_config(name, config) for name in VARIANTS}
+    built = {name: _variant_config(name, config) for name in VARIANTS}
     assert built["oasis"].residual == "oasis" and built["oasis"].score == "softmax1"
     assert built["oasis"].null_beta_init == config["beta_init"]
     assert built[SOFTMAX1].residual == "attnres" and built[SOFTMAX1].score == "softmax1"
@@ -68,14 +68,14 @@ def test_a_diverged_baseline_counts_as_exploded():
 
 
 def test_coupling_trains_at_its_own_rate():
-    from normlab.claims.catalogue.oasis import train_config
+    from normlab.claims.catalogue.oasis import _train_config
     from normlab.models.gpt import TinyGPT
     from normlab.training.lm import _param_groups
 
     config = CLAIM.config("quick")
-    assert train_config(config, BASELINE).lr_multipliers == ()
-    tc = train_config(config, "oasis")
-    model = TinyGPT(variant_config("oasis", CLAIM.config("smoke")))
+    assert _train_config(config, BASELINE).lr_multipliers == ()
+    tc = _train_config(config, "oasis")
+    model = TinyGPT(_variant_config("oasis", CLAIM.config("smoke")))
     groups = _param_groups(model, tc.weight_decay, tc.lr_multipliers)
     scaled = [g for g in groups if g["lr_scale"] != 1.0]
     n_beta = sum(1 for n, _ in model.named_parameters() if n.endswith("beta_raw"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from normlab.claims import get_claim
-from normlab.claims.catalogue.swap_kl import random_order
+from normlab.claims.catalogue.swap_kl import _random_order
 
 CLAIM = get_claim("swap-kl")
 
@@ -25,7 +25,7 @@ def test_smoke_run(smoke_measurement):
 def test_random_orders_are_non_adjacent():
     rng = random.Random(0)
     for _ in range(50):
-        order = random_order(8, 3, rng)
+        order = _random_order(8, 3, rng)
         assert len(set(order)) == 3 and all(abs(a - b) > 1 for a in order for b in order if a != b)
 
 

@@ -52,22 +52,14 @@ from normlab.claims.core import (
 )
 from normlab.claims.protocol import tune_arms
 from normlab.data.streaks import streak_frames
-from normlab.models.segnet import TinySegNet
+from normlab.models.segnet import TinySegNet, pixel_f1
 from normlab.papers import paper
 from normlab.training.fit import Divergence, fit
 
-__all__ = ["ARMS", "CLAIM", "FIXED", "f1_score", "run"]
+__all__ = ["ARMS", "CLAIM", "FIXED", "run"]
 
 FIXED = ("zscore", "minmax", "asinh")
 ARMS = (*FIXED, "learned", "frozen")
-
-
-def f1_score(logits: torch.Tensor, mask: torch.Tensor) -> float:
-    """Pixel F1 of ``logits > 0`` against a 0/1 ``mask``: ``2 TP / (2 TP + FP + FN)``."""
-    pred, true = logits > 0, mask > 0.5
-    tp = float((pred & true).sum())
-    wrong = float((pred ^ true).sum())
-    return 2 * tp / (2 * tp + wrong) if tp + wrong > 0 else 1.0
 
 
 def _net(
@@ -124,7 +116,7 @@ def _train(
             "softening": float(sc.log_soft.exp()),
         }
     with torch.no_grad():
-        val, test = (f1_score(net(data[s][0]), data[s][1]) for s in ("val", "test"))
+        val, test = (pixel_f1(net(data[s][0]), data[s][1]) for s in ("val", "test"))
     return val, test, curve, result.diverged
 
 
@@ -143,7 +135,9 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         out = _train(arm, data, params["lr"], config, seed)
         return (-out[0] if out[3] is None else math.inf), out
 
-    tuned, records = tune_arms(config, evaluate)
+    # trivial reference: marking every pixel a streak (the best constant predictor's F1)
+    every = -pixel_f1(torch.ones_like(data["val"][1]), data["val"][1])
+    tuned, records = tune_arms(config, evaluate, reference=every)
     table: dict[str, dict[str, float]] = {}
     diverged: dict[str, Any] = {}
     for arm, t in tuned.items():
@@ -340,9 +334,22 @@ CLAIM = register_claim(
             ),
         ),
         free_settings=(
-            FreeSetting("steps", 300, 1200, "normlab's choice: the training budget"),
-            FreeSetting("pos_power", 0.25, 1.0, "normlab's choice: the streak-pixel weight"),
+            FreeSetting("start", "asinh", "asinh", "normlab's choice: a neutral start"),
+            FreeSetting.scaled("steps", "normlab's choice: the training budget"),
+            FreeSetting.scaled("pos_power", "normlab's choice: the streak-pixel weight"),
+            FreeSetting.scaled("batch", "normlab's choice: frames per Adam step"),
+            FreeSetting.scaled("width", "normlab's choice: a tiny segmentation net"),
+            FreeSetting.scaled("frames", "normlab's choice: frames per sample"),
+            FreeSetting.scaled("size", "normlab's choice: pixels per side"),
+            FreeSetting.scaled("stars", "normlab's choice: stars per frame"),
+            FreeSetting("amplitude", (5.0, 10.0), (20.0, 40.0), "normlab's choice: faint"),
+            FreeSetting.scaled("n_train", "normlab's choice: training samples"),
+            FreeSetting.scaled("n_val", "normlab's choice: validation samples"),
+            FreeSetting.scaled("n_test", "normlab's choice: test samples"),
         ),
+        # started at asinh the learned arm reached 0.689 against asinh's 0.671 F1 (issue 34):
+        # the start decides the verdict; steps 1200 moved it only to inconclusive
+        decisive="start",
         headline=(
             "Adaptive Normalization lets the network learn the ideal range and scaling "
             "distribution (abstract; no number given)."

@@ -60,7 +60,7 @@ from normlab.papers import paper
 from normlab.probes.rank import affine_rank, numerical_rank
 from normlab.training.fit import Divergence, fit
 
-__all__ = ["CLAIM", "ln_rank_trials"]
+__all__ = ["CLAIM"]
 
 _TOL = 1e-9
 STACKS = {
@@ -86,7 +86,7 @@ def _token_set(n: int, d: int, r: int, g: torch.Generator, *, offset: bool = Tru
     return shift + a @ b
 
 
-def ln_rank_trials(
+def _ln_rank_trials(
     n: int,
     d: int,
     trials: int,
@@ -206,7 +206,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         table[arm], div = _pgop_trained(config, seed, gated=gated)
         if div is not None:
             diverged[arm] = div.record()
-    trials = ln_rank_trials(
+    trials = _ln_rank_trials(
         config["tokens"], config["dim"], config["rank_trials"], torch.Generator().manual_seed(seed)
     )
     for key in ("general", "low"):
@@ -224,7 +224,7 @@ def _check_outcome(values: Sequence[int], expected: int, what: str) -> CheckOutc
 
 
 def _trials(config: Mapping[str, Any]) -> dict[str, list[int]]:
-    return ln_rank_trials(
+    return _ln_rank_trials(
         config["tokens"], config["dim"], config["trials"], torch.Generator().manual_seed(0)
     )
 
@@ -263,7 +263,7 @@ def _trained_ln(config: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, 
 def _check_trained(config: Mapping[str, Any]) -> CheckOutcome:
     w, b, states = _trained_ln(config)
     moved = float((w - 1).abs().max() + b.abs().max())
-    trials = ln_rank_trials(
+    trials = _ln_rank_trials(
         config["tokens"],
         config["dim"],
         max(config["trials"] // 4, 3),

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from normlab.claims.common import seed_everything
 from normlab.claims.core import (
@@ -40,10 +39,11 @@ from normlab.claims.core import (
     cell,
     register_claim,
 )
+from normlab.models.bn_mlp import bn_mlp
 from normlab.papers import paper
 from normlab.probes.bn_geometry import region_density, switching_hyperplanes
 
-__all__ = ["ARMS", "CLAIM", "make_mlp", "run"]
+__all__ = ["ARMS", "CLAIM", "run"]
 
 #: arm -> (BN, centred data, init).
 ARMS: dict[str, tuple[bool, bool, str]] = {
@@ -54,30 +54,6 @@ ARMS: dict[str, tuple[bool, bool, str]] = {
     "bn": (True, False, "default"),
     "no-bn": (False, False, "default"),
 }
-
-
-def make_mlp(
-    width: int, depth: int, *, bn: bool, seed: int, init: str = "default"
-) -> nn.Sequential:
-    """A 2-D-input ReLU MLP; the same ``seed`` gives the same Linear weights with or without BN.
-
-    Args:
-        init: ``"default"`` (torch's Linear init) or ``"he"`` (Kaiming-normal weights for
-            ReLU, He et al. 2015, and zero biases).
-    """
-    if init not in ("default", "he"):
-        raise ValueError(f"init must be 'default' or 'he'; got {init!r}.")
-    torch.manual_seed(seed)
-    linears = [nn.Linear(2 if i == 0 else width, width) for i in range(depth)]
-    if init == "he":
-        for lin in linears:
-            nn.init.kaiming_normal_(lin.weight, nonlinearity="relu")
-            nn.init.zeros_(lin.bias)
-    mods: list[nn.Module] = []
-    for lin in linears:
-        mods += [lin, nn.BatchNorm1d(width) if bn else nn.Identity(), nn.ReLU()]
-    mods.append(nn.Linear(width, 1))
-    return nn.Sequential(*mods).double()
 
 
 def _data(config: Mapping[str, Any], gen: torch.Generator, *, centred: bool = False):
@@ -94,7 +70,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     for name, (bn, centred, init) in ARMS.items():
         x = _data(config, torch.Generator().manual_seed(seed), centred=centred)
         anchors = x[: config["anchors"]]
-        net = make_mlp(config["width"], config["depth"], bn=bn, seed=seed, init=init)
+        net = bn_mlp(config["width"], config["depth"], bn=bn, seed=seed, init=init)
         rd = region_density(net, x, anchors, config["radius"])
         hp = switching_hyperplanes(net, x)
         dist = np.abs(hp.normals @ anchors.numpy().T - hp.thresholds[:, None])
@@ -110,7 +86,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
 def _check_bias_independence(config: Mapping[str, Any]) -> CheckOutcome:
     gen = torch.Generator().manual_seed(0)
     x = _data(config, gen)
-    net = make_mlp(config["width"], config["depth"], bn=True, seed=0)
+    net = bn_mlp(config["width"], config["depth"], bn=True, seed=0)
     a = switching_hyperplanes(net, x).thresholds
     with torch.no_grad():
         net[0].bias.add_(torch.randn(config["width"], generator=gen, dtype=torch.float64) * 5)

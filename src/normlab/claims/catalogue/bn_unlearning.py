@@ -64,7 +64,7 @@ from normlab.papers import paper
 from normlab.surgery.batchnorm import recalibrate_bn
 from normlab.training.fit import Divergence, EpochBatches, fit
 
-__all__ = ["CLAIM", "MODES", "unlearn"]
+__all__ = ["CLAIM", "MODES"]
 
 METHODS = ("grad-ascent", "neggrad+")
 MODES = ("train", "eval")
@@ -100,7 +100,7 @@ def _train(
     ).diverged
 
 
-def unlearn(
+def _unlearn(
     model: NormCNN,
     method: str,
     forget: tuple[torch.Tensor, torch.Tensor],
@@ -186,7 +186,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         model = bn_cnn(config["width"], config["depth"], norm=norm, seed=seed)
         model.load_state_dict(trained[norm])
         row = {"forget_acc_trained": _accuracy(model, *forget)}
-        steps, div = unlearn(
+        steps, div = _unlearn(
             model,
             method,
             forget,

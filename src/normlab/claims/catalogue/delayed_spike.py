@@ -50,10 +50,10 @@ from normlab.papers import paper
 from normlab.probes.dynamics import EffectiveLR
 from normlab.training.fit import Divergence, fit
 
-__all__ = ["CLAIM", "run", "trajectory"]
+__all__ = ["CLAIM", "run"]
 
 
-def trajectory(
+def _trajectory(
     config: Mapping[str, Any], seed: int, *, bn: bool, lr: float | None = None
 ) -> tuple[dict[str, list[float]], Divergence | None]:
     """Loss, kappa, effective lr and angle per step of full-batch GD (``lr`` defaults to
@@ -129,7 +129,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     table, curves, diverged = {}, {}, {}
     arms = (("bn", True, config["lr"]), ("bn-below", True, config["lr_below"]))
     for name, bn, lr in (*arms, ("no-bn", False, config["lr"])):
-        tr, div = trajectory(config, seed, bn=bn, lr=lr)
+        tr, div = _trajectory(config, seed, bn=bn, lr=lr)
         table[name] = _summary(tr, config["phi_on"])
         curves[name] = tr
         if div is not None:

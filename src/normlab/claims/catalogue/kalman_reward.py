@@ -43,7 +43,7 @@ from normlab.claims.core import (
 from normlab.claims.protocol import tune_arms
 from normlab.papers import paper
 
-__all__ = ["ARMS", "CLAIM", "run", "summarize"]
+__all__ = ["ARMS", "CLAIM", "run"]
 
 #: Actor-critic arms (normalisation of the returns) and REINFORCE arms (secondary).
 AC_ARMS = ("zscore", "kalman")
@@ -54,7 +54,7 @@ RANDOM_RETURN = 22.0
 _VAL_SEED = 1_000
 
 
-def summarize(returns: Sequence[float], solve: float = 475.0, window: int = 8) -> dict:
+def _summarize(returns: Sequence[float], solve: float = 475.0, window: int = 8) -> dict:
     """AUC, episodes to a trailing-mean return of ``solve`` (and whether it was reached),
     final and late-spread returns."""
     arr = np.asarray(returns, dtype=float)
@@ -106,7 +106,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """Each arm tuned on a validation run (seed + 1000), then trained on the test seed."""
 
     def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, None]:
-        return -summarize(_train(arm, params, config, _VAL_SEED + seed))["auc"], None
+        return -_summarize(_train(arm, params, config, _VAL_SEED + seed))["auc"], None
 
     # trivial reference: a uniformly random policy's mean return (minus, lower is better)
     tuned, records = tune_arms(config, evaluate, reference=-RANDOM_RETURN)
@@ -114,7 +114,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     curves: dict[str, list[float]] = {}
     for arm, t in tuned.items():
         rets = _train(arm, t.chosen, config, seed)
-        table[arm] = {**summarize(rets), **{k: float(v) for k, v in t.chosen.items()}}
+        table[arm] = {**_summarize(rets), **{k: float(v) for k, v in t.chosen.items()}}
         curves[arm] = np.asarray(rets).reshape(-1, config["batch"]).mean(1).tolist()
     return {"table": table, "curves": curves, "tuning": records}
 

@@ -40,7 +40,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from normlab.claims.catalogue._lm_settings import HELD_OUT, UNIFORM_BPB, lm_train_config
+from normlab.claims.catalogue._lm_settings import (
+    HELD_OUT,
+    UNIFORM_BPB,
+    lm_free,
+    lm_train_config,
+)
 from normlab.claims.common import QUICK_GPT, loglog_slope, seed_everything
 from normlab.claims.core import (
     Check,
@@ -59,7 +64,7 @@ from normlab.models.gpt import GPTConfig
 from normlab.papers import paper
 from normlab.training.lm import evaluate_bpb, train_lm
 
-__all__ = ["CLAIM", "abe_deviation", "softmax_limit", "tail_exponent", "tail_probability"]
+__all__ = ["CLAIM"]
 
 _F64 = torch.float64
 
@@ -69,7 +74,7 @@ def _scores(config: Mapping[str, Any], g: torch.Generator) -> torch.Tensor:
     return torch.randn(shape, generator=g, dtype=_F64) * config["score_scale"]
 
 
-def softmax_limit(config: Mapping[str, Any], g: torch.Generator) -> dict[str, float]:
+def _softmax_limit(config: Mapping[str, Any], g: torch.Generator) -> dict[str, float]:
     """Max deviation of kappa-softmax from softmax at each ``limit_kappas``, and its order."""
     s = _scores(config, g)
     reference = torch.softmax(s, -1)
@@ -82,7 +87,7 @@ def softmax_limit(config: Mapping[str, Any], g: torch.Generator) -> dict[str, fl
     return row
 
 
-def tail_exponent(
+def _tail_exponent(
     config: Mapping[str, Any], g: torch.Generator
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Fitted tail slope of kappa-softmax per ``tail_kappas`` and the worst relative error.
@@ -110,7 +115,7 @@ def tail_exponent(
     return row, curve
 
 
-def abe_deviation(
+def _abe_deviation(
     config: Mapping[str, Any], g: torch.Generator
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """``||abe(q = e^eps) - softmax||`` per ``abe_eps``, its fitted order, and ``q <-> 1/q``.
@@ -130,7 +135,7 @@ def abe_deviation(
     return row, {"eps": eps, "deviation": dev}
 
 
-def tail_probability(config: Mapping[str, Any], g: torch.Generator) -> dict[str, float]:
+def _tail_probability(config: Mapping[str, Any], g: torch.Generator) -> dict[str, float]:
     """``log10`` of the probability each operator gives a score ``tail_distance`` below the
     row maximum, mean over ``rows`` random rows (float64)."""
     head = _scores(config, g)
@@ -155,7 +160,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """Tail probabilities of both operators, and, where ``config["lm_extension"]``, the two
     TinyGPTs (lr tuned per arm)."""
     gen = seed_everything(seed)
-    tails = tail_probability(config, gen)
+    tails = _tail_probability(config, gen)
     if not config["lm_extension"]:
         return {"table": {name: {"log10_tail_p": p} for name, p in tails.items()}}
     arms = _lm_arms(config)
@@ -165,7 +170,8 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         val = math.inf if log.get("diverged") else float(log["val_bpb"][-1])
         return val, (model, log)
 
-    tuned, records = tune_arms(config, evaluate)
+    # reference: the uniform byte predictor's 8 bits per byte (evaluate's unit)
+    tuned, records = tune_arms(config, evaluate, reference=UNIFORM_BPB)
     table: dict[str, dict[str, float]] = {}
     curves: dict[str, Any] = {}
     diverged: dict[str, Any] = {}
@@ -187,7 +193,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
 
 
 def _check_limit(config: Mapping[str, Any]) -> CheckOutcome:
-    row = softmax_limit(config, torch.Generator().manual_seed(0))
+    row = _softmax_limit(config, torch.Generator().manual_seed(0))
     tol = float(config["limit_tolerance"])
     k0 = config["limit_kappas"][0]
     return CheckOutcome(
@@ -199,7 +205,7 @@ def _check_limit(config: Mapping[str, Any]) -> CheckOutcome:
 
 
 def _check_tail(config: Mapping[str, Any]) -> CheckOutcome:
-    row, _ = tail_exponent(config, torch.Generator().manual_seed(0))
+    row, _ = _tail_exponent(config, torch.Generator().manual_seed(0))
     worst = row["max_rel_error"]
     slopes = ", ".join(f"{row[f'slope_kappa_{k:g}']:.3f}" for k in config["tail_kappas"])
     return CheckOutcome(
@@ -210,7 +216,7 @@ def _check_tail(config: Mapping[str, Any]) -> CheckOutcome:
 
 
 def _check_abe(config: Mapping[str, Any]) -> CheckOutcome:
-    row, _ = abe_deviation(config, torch.Generator().manual_seed(0))
+    row, _ = _abe_deviation(config, torch.Generator().manual_seed(0))
     order, gap = row["order_in_eps"], row["reciprocal_gap"]
     return CheckOutcome(
         order > 1.5 and gap <= 1e-12,
@@ -338,7 +344,31 @@ CLAIM = register_claim(
                 "normlab's choice: a score 30 logits below the maximum, far in softmax's tail",
             ),
             FreeSetting("lm_kappa", 0.1, 0.4, "normlab's choice: a mid-range kappa"),
+            FreeSetting.scaled("rows", "normlab's choice: random score rows per seed"),
+            FreeSetting.scaled("keys", "normlab's choice: keys per score row"),
+            FreeSetting.scaled("score_scale", "normlab's choice: the scores' standard deviation"),
+            FreeSetting(
+                "limit_kappas", (1e-4, 1e-3), (1e-2, 1e-1), "normlab's choice: near-zero kappas"
+            ),
+            FreeSetting.scaled("limit_tolerance", "normlab's choice: the limit check's", 0.1, 10),
+            FreeSetting(
+                "tail_kappas",
+                (0.05, 0.1, 0.2),
+                (0.2, 0.4, 0.8),
+                "normlab's choice: kappas whose tail slope is fitted",
+            ),
+            FreeSetting.scaled("tail_points", "normlab's choice: distances in the tail fit"),
+            FreeSetting(
+                "abe_eps", (0.025, 0.05), (0.1, 0.2), "normlab's choice: Abe's ln q values"
+            ),
+            *lm_free("d_model", "n_layers", "n_heads", "context", "steps", "batch", "lr"),
+            *lm_free("eval_batches"),
         ),
+        sourced={
+            "lm_extension": "paper: the abstract has no language-model experiment (quick runs "
+            "none; the LM at smoke and full is normlab's extension)",
+        },
+        decisive="tail_distance",  # at 10 the premise failed (stop 31): untestable
         checks=(
             Check(
                 "recovers_softmax",

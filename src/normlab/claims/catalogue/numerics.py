@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from normlab.claims.catalogue._lm_settings import HELD_OUT, lm_train_config
+from normlab.claims.catalogue._lm_settings import HELD_OUT, lm_free, lm_train_config
 from normlab.claims.common import seed_everything, spearman
 from normlab.claims.core import (
     Check,
@@ -59,7 +59,7 @@ from normlab.papers import paper
 from normlab.probes.numerics import outlier_sweep, sink_sweep
 from normlab.training.lm import train_lm
 
-__all__ = ["CLAIM", "bound_failures", "residual_scaling_errors"]
+__all__ = ["CLAIM"]
 
 _DTYPES = (torch.float16, torch.bfloat16)
 #: fp16 native norms square the input: ``x^2`` overflows fp16 (max 65504) above this.
@@ -67,7 +67,7 @@ FP16_SQUARE_LIMIT = 256.0
 
 
 @torch.no_grad()
-def residual_scaling_errors(
+def _residual_scaling_errors(
     model: TinyGPT, idx: torch.Tensor, scale: float, dtype: torch.dtype = torch.bfloat16
 ) -> dict[str, Any]:
     """Relative error of every residual state of ``model`` in ``dtype`` against float64,
@@ -93,7 +93,7 @@ def _expected_overflow(r: Mapping[str, Any]) -> bool:
     )
 
 
-def bound_failures(records: Sequence[Mapping[str, Any]]) -> tuple[int, int, int]:
+def _bound_failures(records: Sequence[Mapping[str, Any]]) -> tuple[int, int, int]:
     """``(failures, counted, excluded)`` over norm-sweep cells: a cell fails when its error
     exceeds its bound or is non-finite / >= 0.5 (overflow); the documented fp16-native
     overflow (:data:`FP16_SQUARE_LIMIT`) is excluded, every other overflow counts."""
@@ -125,7 +125,7 @@ def _tracking(records: Sequence[Mapping[str, Any]]) -> float:
     return float(np.mean(rhos)) if rhos else math.nan
 
 
-def trained_model(config: Mapping[str, Any], seed: int) -> tuple[TinyGPT, dict]:
+def _trained_model(config: Mapping[str, Any], seed: int) -> tuple[TinyGPT, dict]:
     """The trained pre-LN TinyGPT of ``config["gpt"]`` (shared with guaranteed-approx, and
     at full scale with a trial of kappa-attention's lr search, through the model cache)."""
     gpt = GPTConfig(norm="layernorm", score="softmax", **config["gpt"])
@@ -136,18 +136,18 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """Residual-scaling errors of a trained TinyGPT, norm sweeps and the softmax sweep."""
     seed_everything(seed)
     table: dict[str, dict[str, float]] = {}
-    gpt, log = trained_model(config, seed)
+    gpt, log = _trained_model(config, seed)
     gen = torch.Generator().manual_seed(HELD_OUT + seed)
     idx, _ = sample_batch(corpus("val"), config["probe_batch"], gpt.config.context, gen)
     curves: dict[str, Any] = {}
     mild, large = float(config["mild_scale"]), float(config["large_scale"])
     for s in sorted({1.0, mild, large, *config["scales"]}):
-        rec = residual_scaling_errors(gpt, idx, s)
+        rec = _residual_scaling_errors(gpt, idx, s)
         curves[f"{s:g}"] = rec
         table[f"gpt-s{s:g}"] = {"rel_err_final": rec["errors"][-1], "growth": rec["growth"]}
     table["gpt-mild"] = dict(table[f"gpt-s{mild:g}"])
     table["gpt-large"] = dict(table[f"gpt-s{large:g}"])
-    control = residual_scaling_errors(gpt, idx, 1.0, torch.float16)
+    control = _residual_scaling_errors(gpt, idx, 1.0, torch.float16)
     table["gpt-s1-fp16"] = {"rel_err_final": control["errors"][-1], "growth": control["growth"]}
 
     outliers = list(config["outliers"])
@@ -203,7 +203,7 @@ def _check_bounds(config: Mapping[str, Any]) -> CheckOutcome:
                 seed=0,
             )
         ]
-    failures, counted, excluded = bound_failures(records)
+    failures, counted, excluded = _bound_failures(records)
     return CheckOutcome(
         failures == 0,
         float(failures),
@@ -380,7 +380,29 @@ CLAIM = register_claim(
                 4.0,
                 "normlab's choice: a mild scaling that leaves the stream's regime in place",
             ),
+            FreeSetting.scaled("large_scale", "normlab's choice: a scaling that changes it"),
+            FreeSetting(
+                "scales",
+                [0.5, 2.0, 16.0],
+                [*_SCALES, 256.0],
+                "normlab's choice: residual-projection scalings of the figure's sweep",
+            ),
+            FreeSetting(
+                "outliers",
+                _OUTLIERS[:-1],
+                [*_OUTLIERS, 1e5],
+                "normlab's choice: planted outlier sizes, decades up to 1e4",
+            ),
+            FreeSetting(
+                "sinks", _SINKS[:-1], [*_SINKS, 160.0], "normlab's choice: sink logits up to 80"
+            ),
+            FreeSetting.scaled("d", "normlab's choice: row width of the norm probes"),
+            FreeSetting.scaled("rows", "normlab's choice: rows per probe"),
+            FreeSetting.scaled("n", "normlab's choice: softmax length of the sink probe"),
+            FreeSetting.scaled("probe_batch", "normlab's choice: sequences of the stream probe"),
+            *lm_free("steps", "batch", "lr"),
         ),
+        decisive="mild_scale",  # the primary compares the model at x mild_scale with x 1
         preconditions=(
             Precondition(
                 "mild_scaling_keeps_dynamics",

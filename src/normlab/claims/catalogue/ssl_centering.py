@@ -38,30 +38,12 @@ from normlab.claims.core import (
 )
 from normlab.claims.protocol import tune_arms
 from normlab.papers import paper
-from normlab.ssl import center_update, centered_teacher, cluster_usage, prior_normalize
+from normlab.ssl import center_update, centered_teacher, cluster_usage, nmi, prior_normalize
 from normlab.training.distill import gaussian_mixture, self_distill
 
-__all__ = ["CLAIM", "nmi", "run"]
+__all__ = ["CLAIM", "run"]
 
 ARMS = ("none", "center", "prior")
-
-
-def nmi(labels: torch.Tensor, assigned: torch.Tensor) -> float:
-    """Normalized mutual information (arithmetic normalisation, as scikit-learn's default)."""
-    a, b = labels.long(), assigned.long()
-    joint = torch.zeros(int(a.max()) + 1, int(b.max()) + 1, dtype=torch.float64)
-    joint.index_put_((a, b), torch.ones(len(a), dtype=torch.float64), accumulate=True)
-    joint /= joint.sum()
-    pa, pb = joint.sum(1), joint.sum(0)
-
-    def h(p: torch.Tensor) -> float:
-        p = p[p > 0]
-        return float(-(p * p.log()).sum())
-
-    nz = joint > 0
-    mi = float((joint[nz] * (joint[nz] / (pa[:, None] * pb[None, :])[nz]).log()).sum())
-    denom = (h(pa) + h(pb)) / 2
-    return mi / denom if denom > 0 else 1.0
 
 
 def _score(teacher: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:

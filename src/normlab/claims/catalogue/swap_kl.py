@@ -51,12 +51,12 @@ from normlab.papers import paper
 from normlab.probes.swap import pruning_curve, swap_kl
 from normlab.training.lm import evaluate_bpb
 
-__all__ = ["CLAIM", "random_order"]
+__all__ = ["CLAIM"]
 
 PROTOCOLS = ("replacement", "interchange")
 
 
-def random_order(n_layers: int, length: int, rng: random.Random) -> list[int]:
+def _random_order(n_layers: int, length: int, rng: random.Random) -> list[int]:
     """``length`` distinct, pairwise non-adjacent layers of ``0..n_layers-1`` in random order."""
     while True:
         chosen: list[int] = []
@@ -93,7 +93,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
               for p in PROTOCOLS}  # fmt: skip
     rng = random.Random(seed)
     randoms = [
-        pruning_curve(model, held_x, random_order(result.n_layers, budget, rng), targets=held_y)
+        pruning_curve(model, held_x, _random_order(result.n_layers, budget, rng), targets=held_y)
         for _ in range(config["random_orders"])
     ]
     table: dict[str, dict[str, float]] = {}
