@@ -20,6 +20,7 @@ from torch import nn
 
 from normlab.models.mlp import MLPPolicy
 from normlab.rl import KalmanRewardNormalizer, RunningRewardNormalizer
+from normlab.training.fit import fit
 
 __all__ = [
     "NORMALIZATIONS",
@@ -153,6 +154,16 @@ def actor_critic_cartpole(
     opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=lr)
     running, kalman, env = _cartpole(normalize, batch, q, r)
     returns: list[float] = []
+    both = nn.ModuleList([policy, critic])
+
+    def loss_fn(_: nn.Module, data: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Clipped PPO objective plus the critic's squared error."""
+        obs, act, ret, old, adv = data
+        logp = torch.log_softmax(policy(obs), -1).gather(1, act)[:, 0]
+        ratio = (logp - old).exp()
+        pg = -torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
+        return pg + (critic(obs)[:, 0] - ret).square().mean()
+
     for update in range(episodes // batch):
         o, a, m, lengths = _rollout(env, policy, batch, int(seed * 100_003 + update), rng)
         target = _targets(m.shape, lengths, gamma, normalize, running, kalman, returns)
@@ -163,16 +174,20 @@ def actor_critic_cartpole(
         with torch.no_grad():
             old = torch.log_softmax(policy(obs), -1).gather(1, act)[:, 0]
             adv = ret - critic(obs)[:, 0]
-        for _ in range(epochs):
-            logp = torch.log_softmax(policy(obs), -1).gather(1, act)[:, 0]
-            ratio = (logp - old).exp()
-            pg = -torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
-            loss = pg + (critic(obs)[:, 0] - ret).square().mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+        # full-batch epochs on this update's episodes; a non-finite loss ends the training
+        data = [(obs, act, ret, old, adv)] * epochs
+        if fit(both, loss_fn, data, epochs, opt).diverged is not None:
+            break
     env.close()
     return returns
+
+
+def _reinforce_loss(net: nn.Module, rollout: tuple[np.ndarray, ...]) -> torch.Tensor:
+    """``-sum_t log pi(a_t | s_t) A_t / batch`` over one rollout's (T, B) steps."""
+    o, a, adv, batch = rollout
+    logits = net(torch.as_tensor(o.reshape(-1, 4)))
+    logp = torch.log_softmax(logits, -1).gather(1, torch.as_tensor(a.reshape(-1, 1)))[:, 0]
+    return -(logp * torch.as_tensor(adv.reshape(-1), dtype=logp.dtype)).sum() / batch
 
 
 def reinforce_cartpole(
@@ -207,12 +222,9 @@ def reinforce_cartpole(
     for update in range(episodes // batch):
         o, a, m, lengths = _rollout(env, policy, batch, int(seed * 100_003 + update), rng)
         adv = _targets(m.shape, lengths, gamma, normalize, running, kalman, returns)
-        logits = policy(torch.as_tensor(o.reshape(-1, 4)))
-        logp = torch.log_softmax(logits, -1).gather(1, torch.as_tensor(a.reshape(-1, 1)))[:, 0]
-        loss = -(logp * torch.as_tensor(adv.reshape(-1), dtype=logp.dtype)).sum() / batch
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        # one step per update; a non-finite loss ends the training
+        if fit(policy, _reinforce_loss, [(o, a, adv, batch)], 1, opt).diverged is not None:
+            break
     env.close()
     return returns
 
@@ -240,25 +252,31 @@ def train_bandit(
     """
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    shared = torch.zeros(n_outputs, dtype=torch.float64, requires_grad=True)
-    own = torch.zeros(n_contexts, n_outputs, dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.SGD([shared, own], lr=lr)
+    shared = nn.Parameter(torch.zeros(n_outputs, dtype=torch.float64))
+    own = nn.Parameter(torch.zeros(n_contexts, n_outputs, dtype=torch.float64))
     curve: list[dict[str, float]] = []
-    for step in range(steps + 1):
-        logits = shared + own
-        if step % log_every == 0 or step == steps:
-            with torch.no_grad():
-                curve.append(evaluate(torch.softmax(logits, -1).numpy()))
-        if step == steps:
-            break
+
+    @torch.no_grad()
+    def log() -> None:
+        curve.append(evaluate(torch.softmax(shared + own, -1).numpy()))
+
+    def draw(step: int) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+        """Log the policy every ``log_every`` steps, then draw the step's batch and score it."""
+        if step % log_every == 0:
+            log()
         ctx, groups = sample(rng)
         with torch.no_grad():
-            probs = torch.softmax(logits[ctx], -1).numpy()
+            probs = torch.softmax((shared + own)[ctx], -1).numpy()
         out = (probs.cumsum(-1) < rng.random((len(ctx), 1))).sum(-1).clip(max=n_outputs - 1)
-        adv = advantage(torch.as_tensor(reward(ctx, out, rng)), groups, ctx)
-        logp = torch.log_softmax(logits[ctx], -1)[torch.arange(len(ctx)), out]
-        loss = -(adv.detach() * logp).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    return {"curve": curve}
+        return ctx, out, advantage(torch.as_tensor(reward(ctx, out, rng)), groups, ctx)
+
+    def loss_fn(_: nn.Module, batch: tuple[np.ndarray, np.ndarray, torch.Tensor]) -> torch.Tensor:
+        ctx, out, adv = batch
+        logp = torch.log_softmax((shared + own)[ctx], -1)[torch.arange(len(ctx)), out]
+        return -(adv.detach() * logp).mean()
+
+    opt = torch.optim.SGD([shared, own], lr=lr)
+    result = fit(nn.ParameterList([shared, own]), loss_fn, draw, steps, opt)
+    log()  # the policy after the last step (or where a non-finite loss ended the run)
+    diverged = None if result.diverged is None else result.diverged.record()
+    return {"curve": curve, "diverged": diverged}
