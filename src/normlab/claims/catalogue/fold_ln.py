@@ -368,13 +368,28 @@ CLAIM = register_claim(
         ),
         untuned="nothing is trained: the timed models have random weights and the fold is exact",
         free_settings=(
-            FreeSetting(
+            FreeSetting.scaled(
                 "time_d_model",
-                256,
-                768,
                 "normlab's choice: the narrowest width at which the norms' share is visible",
+                0.5,
+                1.5,
+            ),
+            FreeSetting.scaled("time_layers", "normlab's choice: blocks of the timed model"),
+            FreeSetting.scaled("time_heads", "normlab's choice: heads of the timed model"),
+            FreeSetting.scaled("time_context", "normlab's choice: tokens per timed sequence"),
+            FreeSetting.scaled("time_batch", "normlab's choice: sequences per timed pass"),
+            FreeSetting.scaled("reps", "normlab's choice: interleaved timing rounds"),
+            FreeSetting.scaled("warmup_reps", "normlab's choice: untimed warm-up rounds"),
+            FreeSetting(
+                "archs",
+                [a for a in _ARCH_NAMES if a != "gpt2"],
+                [a for a in _ARCH_NAMES if a != "bert"],
+                "normlab's choice: the architectures of the detection checks (not the primary)",
             ),
         ),
+        # 256 gave supported and 768 untestable (stop 31): the width decides how much of
+        # the forward time the norms take
+        decisive="time_d_model",
         checks=(
             Check(
                 "detection_matches_rule",

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from normlab.claims.catalogue._lm_settings import lm_free
 from normlab.claims.common import QUICK_GPT, seed_everything
 from normlab.claims.core import (
     Check,
@@ -418,9 +419,22 @@ CLAIM = register_claim(
             "k-means codebooks fitted with fixed settings"
         ),
         free_settings=(
-            FreeSetting("window", 8, 32, "normlab's choice: full-precision tail tokens"),
-            FreeSetting("kmeans_iters", 4, 16, "normlab's choice: k-means iterations"),
+            FreeSetting.scaled("window", "normlab's choice: full-precision tail tokens"),
+            FreeSetting.scaled("kmeans_iters", "normlab's choice: k-means iterations"),
+            FreeSetting.scaled("calibration_windows", "normlab's choice: k-means's code windows"),
+            FreeSetting.scaled("eval_windows", "normlab's choice: scored windows per domain"),
+            FreeSetting.scaled("peer_group", "normlab's choice: HQQ / quanto group size"),
+            FreeSetting("peers", ("hqq",), ("quanto",), "normlab's choice: the peer caches"),
+            FreeSetting(
+                "n_heads", 2, 8, "normlab's choice: one head of 64 at quick (the paper's 128)"
+            ),
+            *lm_free("n_layers", "context", "steps", "batch", "lr"),
+            *lm_free(d_model="normlab's choice: head dim 64 (the paper's 128) at one head"),
         ),
+        sourced={"bits": "paper: abstract (the 1-bit and 2-bit settings)"},
+        # the head dimension sets NSN's per-token scale overhead at matched storage (0.5 bits
+        # a value at 64, the paper's 128 halves it); window and kmeans_iters were robust
+        decisive="d_model",
         headline=(
             "NSNQuant outperforms prior KV-cache quantizers at 1 and 2 bits and generalizes "
             "without calibration data; up to 3x throughput (abstract)."
