@@ -142,3 +142,24 @@ def test_model_record_has_every_arm_and_a_norm_share():
     assert set(record["speedup"]) == {"unfused", "plain"} and len(record["load"]) == 2
     # 1 - t(no-norm) / t(model): below 1 always; its size is timing noise at this scale
     assert all(v < 1.0 for v in record["norm_share"].values())
+
+
+def test_gpu_script_is_valid_bash_and_its_bench_commands_parse():
+    """benchmarks/gpu.sh runs only where a GPU is lent: check it here without one."""
+    import re
+    import shlex
+    import subprocess
+    from pathlib import Path
+
+    from normlab.cli import build_parser
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu.sh"
+    assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
+    text = script.read_text().replace("\\\n", " ")
+    commands = re.findall(r"-m normlab (bench [^|\n]*?) 2>&1", text)
+    assert len(commands) == 2
+    for command in commands:
+        argv = shlex.split(command.replace('"$out', '"out'))
+        args = build_parser().parse_args(argv)
+        assert args.device == "cuda" and args.func is not None
+    assert _bench_ops._liger_op("rmsnorm", 64, "cpu") is None  # the Liger peer is CUDA-only

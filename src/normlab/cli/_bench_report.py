@@ -57,11 +57,9 @@ def _wanted(op: str, mode: str) -> list[tuple[str, str, str, float, Any]]:
 def targets_for(device: str) -> list[Target]:
     """The per-operation targets on ``device`` ("cpu" or "cuda")."""
     out: list[Target] = []
-    modes = ("fwd",) if device == "cuda" else ("fwd", "fwd+bwd")
-    ops = ("rmsnorm", "layernorm") if device == "cuda" else tuple(_NAMES)
-    for op in ops:
+    for op in _NAMES:
         for dtype in ("float32", "bfloat16"):
-            for mode in modes:
+            for mode in ("fwd", "fwd+bwd"):
                 wanted = _wanted(op, mode)
                 if device == "cuda":
                     wanted.append((">= Liger-Kernel", "speedup", "liger", 1.0, None))
