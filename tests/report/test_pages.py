@@ -132,3 +132,48 @@ def test_a_non_finite_primary_says_so_instead_of_an_interval():
     page, index = _page(record), _index(record)
     assert "+0.346 bpb (no interval: NaN in 1 of 5 seeds)" in index
     assert "+0.346 bpb (no interval: NaN in 1 of 5 seeds)" in page  # the primary's card
+
+
+def _with_placebo(placebo):
+    record = everything_record()
+    record["placebo"] = placebo
+    return record
+
+
+def test_the_placebo_is_shown_flagged_clean_or_not_run():
+    flagged = {
+        "status": "run",
+        "effect": "bpb_gain",
+        "verdict": "supported",
+        "at_zero": "supported",
+        "mean": 0.31,
+        "low": 0.2,
+        "high": 0.42,
+        "seeds": 5,
+        "claimed_side": 1.0,
+        "flagged": True,
+    }
+    text = _text(_page(_with_placebo(flagged)))
+    assert "A/A placebo" in text and "flagged: the baseline trained through" in text
+    assert "100% of them on the claimed side" in text
+    assert "placebo flagged" in _text(_index(_with_placebo(flagged)))
+    clean = {**flagged, "verdict": "inconclusive", "at_zero": "inconclusive", "flagged": False}
+    assert "clean: it does not beat the baseline" in _text(_page(_with_placebo(clean)))
+    record = everything_record()
+    record.pop("placebo", None)
+    record["untuned"] = ""
+    text = _text(_page(record))
+    assert "--placebo" in text and "Not run" in text
+    missing = {"status": "not available", "why": "the claim tunes no arms"}
+    assert "Not available: the claim tunes no arms" in _text(_page(_with_placebo(missing)))
+
+
+def test_an_effect_card_shows_the_verdict_at_margin_zero_power_and_detectable_effect():
+    record = everything_record()
+    primary = record["effects"][0]
+    primary.update(at_zero="supported", power=0.42, mde=0.35, verdict="inconclusive")
+    primary["would_be"] = "inconclusive"
+    text = _text(_page(record))
+    assert "the margin decides the verdict" in text
+    assert "power 42% one margin beyond the bound" in text
+    assert "80% power needs a true effect of 0.35" in text

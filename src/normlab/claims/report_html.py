@@ -235,6 +235,8 @@ def _effect_card(e: Mapping[str, Any]) -> str:
         ("claimed", esc(claimed(e["direction"], e["margin"], unit))),
         ("margin's source", esc(e.get("margin_source", ""))),
         ("rule", esc(e.get("reason", ""))),
+        ("at margin 0", _at_zero(e)),
+        ("power, detectable effect", esc(_power_text(e, unit))),
         (
             "if every premise held",
             _badge(would_be) if would_be and would_be != e["verdict"] else "",
@@ -244,6 +246,27 @@ def _effect_card(e: Mapping[str, Any]) -> str:
     if parts:
         parts = "<p class='muted small'>Beats every baseline: each part must hold.</p>" + parts
     return f"<div class='card'><h4>{title}</h4>{_dl(items)}{parts}</div>"
+
+
+def _at_zero(e: Mapping[str, Any]) -> str:
+    """The verdict the same values get at margin 0, shown when the margin changes it."""
+    at_zero = e.get("at_zero")
+    if not at_zero or not e.get("margin"):
+        return ""
+    same = at_zero == e.get("would_be", e["verdict"])
+    return _badge(at_zero) + ("" if same else " <b>the margin decides the verdict</b>")
+
+
+def _power_text(e: Mapping[str, Any], unit: str) -> str:
+    """The primary's power one margin beyond its bound and its minimum detectable effect
+    (both at the observed spread and seed count), or "" when they were not computed."""
+    power, mde = e.get("power"), e.get("mde")
+    parts = []
+    if isinstance(power, int | float) and math.isfinite(power):
+        parts.append(f"power {100 * power:.0f}% one margin beyond the bound")
+    if isinstance(mde, int | float) and math.isfinite(mde):
+        parts.append(f"80% power needs a true effect of {with_unit(fmt_value(mde), unit)}")
+    return "; ".join(parts)
 
 
 def _checks(checks: Sequence[Mapping[str, Any]]) -> str:
@@ -426,7 +449,60 @@ def _null(record: Mapping[str, Any]) -> str:
     mark = _null_mark(null)
     return (
         "<h3>Null calibration</h3><p>With the primary's arms exchanged at random within "
-        f"each seed (no effect), {rates}.{' ' + mark if mark else ''}</p>"
+        f"each seed (no effect), {rates}.{' ' + mark if mark else ''} For two arms this "
+        "exchange only flips the sign of each seed's difference: it checks that the "
+        "effect is built symmetrically, not that the arms were treated alike (the A/A "
+        "placebo below does that).</p>"
+    )
+
+
+def _placebo_status(record: Mapping[str, Any]) -> str:
+    """The A/A placebo in a few words: flagged, clean, not available or not run."""
+    placebo = record.get("placebo")
+    if not placebo:
+        return "not run" if not record.get("untuned") else "untuned"
+    if placebo.get("status") != "run":
+        return "not available"
+    return "flagged" if placebo.get("flagged") else "clean"
+
+
+def _placebo_cell(record: Mapping[str, Any]) -> str:
+    status = _placebo_status(record)
+    if status == "flagged":
+        return "<span class='mark bad'></span><b>placebo flagged</b>"
+    if status == "clean":
+        return "<span class='mark ok'></span>placebo clean"
+    return f"<span class='muted'>placebo {esc(status)}</span>"
+
+
+def _placebo(record: Mapping[str, Any]) -> str:
+    placebo = record.get("placebo")
+    head = "<h3>A/A placebo</h3>"
+    if not placebo:
+        if record.get("untuned"):
+            return ""
+        scale = record.get("scale", "quick")
+        at = f" --scale {scale}" if scale != "quick" else ""
+        command = f"normlab report --only {record['id']}{at} --placebo"
+        return f"{head}<p>Not run (run: <code>{esc(command)}</code>).</p>"
+    if placebo.get("status") != "run":
+        return f"{head}<p>Not available: {esc(placebo.get('why', ''))}.</p>"
+    estimate = fmt_estimate(placebo.get("mean"), placebo.get("low"), placebo.get("high"))
+    side = placebo.get("claimed_side")
+    side_text = f"{100 * side:.0f}%" if isinstance(side, int | float) else "?"
+    verdict = (
+        "<span class='mark bad'></span><b>flagged: the baseline trained through the "
+        "method's path beats the baseline, so the comparison favours the path</b>"
+        if placebo.get("flagged")
+        else "<span class='mark ok'></span>clean: it does not beat the baseline"
+    )
+    return (
+        f"{head}<p>The baseline trained again through the method's path (its search, "
+        f"tuning and divergence handling), judged by <code>{esc(placebo.get('effect', ''))}"
+        f"</code> as if it were the method: {esc(estimate)} over {placebo.get('seeds')} "
+        f"seeds, {side_text} of them on the claimed side; {_badge(placebo.get('verdict', ''))}"
+        f" at the declared margin, {_badge(placebo.get('at_zero', ''))} at margin 0. "
+        f"{verdict}.</p>"
     )
 
 
@@ -581,7 +657,7 @@ Null calibration: {_null_mark(c.get("null")) or "n/a"}.</p>
 <p class="muted">The primary effect decides the verdict; secondary effects are reported
 beside it and never change it.</p>{effects}{_not_measured(c)}
 {_premises(c)}{_checks(c.get("checks", []))}{_tuning(c)}{_divergences(c)}{_null(c)}
-{_robustness(c)}{_mean_tables(measurements)}{_neighbour_runs(c)}
+{_placebo(c)}{_robustness(c)}{_mean_tables(measurements)}{_neighbour_runs(c)}
 <p class="muted">CPU time {_seconds(c.get("cpu_seconds"))} (wall {_seconds(c["seconds"])})
 over {len(c["tasks"])} tasks, {cached} from the cache; normlab
 {esc(data.get("normlab", ""))}, commit {esc(data.get("git_commit") or "unknown")}.</p>
@@ -604,7 +680,10 @@ def _null_cell(record: Mapping[str, Any]) -> str:
     rates = esc(null_rates(null))
     if not _superiority(record):
         rates += " <span class='muted'>(supported expected)</span>"
-    return f"{_null_mark(null)}<br><span class='small'>{rates}</span>"
+    return (
+        f"{_null_mark(null)}<br><span class='small'>{rates}</span>"
+        f"<br><span class='small'>{_placebo_cell(record)}</span>"
+    )
 
 
 def _edge_cell(record: Mapping[str, Any]) -> str:
@@ -693,7 +772,10 @@ def render_index(data: Mapping[str, Any]) -> str:
         "claim's tasks (a busy machine does not inflate it). Null calibration passes when, "
         "with the primary's arms exchanged at random, the rule said supported (for a "
         "claimed difference) and the opposite direction (always) at most 5% of the time; "
-        "for a no-worse-than primary, supported is the expected answer. Robustness reruns "
+        "for a no-worse-than primary, supported is the expected answer; for two arms the "
+        "exchange is a sign flip, a check of the effect's construction. The A/A placebo "
+        "(<code>--placebo</code>) trains the baseline again through the method's path and "
+        "is flagged when it beats the baseline. Robustness reruns "
         "the primary at each free setting's neighbours: a neighbour where a premise fails "
         "is named as untestable there, not fragile. A tuned choice still on an edge of its "
         f"search space may be short of the optimum.</p>{summary}{footnotes}"
