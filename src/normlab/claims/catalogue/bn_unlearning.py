@@ -63,11 +63,12 @@ from normlab.models.bn_cnn import NormCNN, bn_cnn
 from normlab.papers import paper
 from normlab.surgery.batchnorm import recalibrate_bn
 from normlab.training.fit import Divergence, EpochBatches, fit
+from normlab.training.unlearn import UNLEARN_METHODS, UNLEARN_MODES, unlearn
 
 __all__ = ["CLAIM", "MODES"]
 
-METHODS = ("grad-ascent", "neggrad+")
-MODES = ("train", "eval")
+METHODS = UNLEARN_METHODS
+MODES = UNLEARN_MODES
 
 
 @torch.no_grad()
@@ -77,10 +78,6 @@ def _accuracy(model: NormCNN, x: torch.Tensor, y: torch.Tensor) -> float:
     acc = float((model(x).argmax(1) == y).float().mean())
     model.train(was)
     return acc
-
-
-def _batch(n: int, size: int, generator: torch.Generator) -> torch.Tensor:
-    return torch.randint(0, n, (min(size, n),), generator=generator)
 
 
 def _train(
@@ -98,59 +95,6 @@ def _train(
         batches.steps(config["epochs"]),
         torch.optim.Adam(model.parameters(), lr=config["lr"]),
     ).diverged
-
-
-def _unlearn(
-    model: NormCNN,
-    method: str,
-    forget: tuple[torch.Tensor, torch.Tensor],
-    retain: tuple[torch.Tensor, torch.Tensor],
-    *,
-    lr: float,
-    batch: int,
-    stop_acc: float,
-    max_steps: int,
-    generator: torch.Generator,
-    mode: str = "train",
-) -> tuple[int, Divergence | None]:
-    """Unlearn the ``forget`` set in place with ``method`` (one of ``METHODS``).
-
-    grad-ascent maximises the forget loss; neggrad+ maximises it while minimising the
-    retain loss (separate forward passes, as in common implementations). SGD with momentum
-    0.9 runs until eval-mode forget accuracy is <= ``stop_acc`` or ``max_steps`` steps.
-    ``mode="train"`` runs the steps in train mode (BatchNorm normalizes by batch statistics
-    and updates its running statistics); ``"eval"`` freezes the running statistics.
-
-    Returns:
-        The number of steps taken and the divergence, if the loss turned non-finite.
-    """
-    if method not in METHODS or mode not in MODES:
-        raise ValueError(
-            f"method must be one of {METHODS} and mode one of {MODES}; got {method!r}, {mode!r}."
-        )
-
-    def draw(step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        i = _batch(len(forget[1]), batch, generator)
-        return i, _batch(len(retain[1]), batch, generator) if method == "neggrad+" else None
-
-    def loss_fn(m: torch.nn.Module, ij: tuple[torch.Tensor, torch.Tensor | None]) -> torch.Tensor:
-        i, j = ij
-        loss = -F.cross_entropy(m(forget[0][i]), forget[1][i])
-        if j is not None:
-            loss = loss + F.cross_entropy(m(retain[0][j]), retain[1][j])
-        return loss
-
-    result = fit(
-        model,
-        loss_fn,
-        draw,
-        max_steps,
-        torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9),
-        stop=lambda m: _accuracy(m, *forget) <= stop_acc,
-        train_mode=mode == "train",
-    )
-    model.eval()
-    return result.steps, result.diverged
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -186,7 +130,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         model = bn_cnn(config["width"], config["depth"], norm=norm, seed=seed)
         model.load_state_dict(trained[norm])
         row = {"forget_acc_trained": _accuracy(model, *forget)}
-        steps, div = _unlearn(
+        steps, div = unlearn(
             model,
             method,
             forget,
