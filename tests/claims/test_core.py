@@ -138,3 +138,27 @@ def test_free_settings_neighbours_and_declared_settings():
         toy_claim(configs=configs, free_settings=(width,), sourced={"width": "paper"})
     with pytest.raises(ValueError, match="not a free setting"):
         toy_claim(configs=configs, decisive="form", sourced={"form": "paper"})
+
+
+def test_beats_every_is_an_intersection_union_of_differences():
+    from normlab.claims import beats_every
+    from normlab.claims.rule import judge_effect
+
+    effect = beats_every(
+        "wins", "test accuracy", "m", ["a", "b"], "acc", direction="greater", margin=CHOICE
+    )
+    assert [p.name for p in effect.parts] == ["wins_vs_a", "wins_vs_b"]
+    assert effect.groups == (("m", "a"), ("m", "b"))
+
+    def seeds(m, a, b):
+        return [
+            {"table": {"m": {"acc": x}, "a": {"acc": y}, "b": {"acc": z}}}
+            for x, y, z in zip(m, a, b, strict=True)
+        ]
+
+    both = seeds([0.9, 0.91, 0.92], [0.5, 0.52, 0.5], [0.6, 0.61, 0.6])
+    assert judge_effect(effect, both).verdict == "supported"
+    one = seeds([0.9, 0.91, 0.92], [0.5, 0.52, 0.5], [0.95, 0.97, 0.96])  # b is better
+    assert judge_effect(effect, one).verdict == "contradicted"
+    with pytest.raises(ValueError, match="at least one baseline"):
+        beats_every("x", "y", "m", [], "acc", direction="greater", margin=CHOICE)

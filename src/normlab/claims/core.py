@@ -49,6 +49,7 @@ __all__ = [
     "Precondition",
     "Premise",
     "all_claims",
+    "beats_every",
     "cell",
     "claimed_bound",
     "claimed_relation",
@@ -259,6 +260,62 @@ def difference(
         baseline=baseline,
         method=method,
         unit=unit,
+        if_diverged=dict(if_diverged or {}),
+        scales=tuple(scales),
+    )
+
+
+def beats_every(
+    name: str,
+    description: str,
+    method: str,
+    baselines: Sequence[str],
+    metric: str,
+    *,
+    direction: Direction,
+    margin: Margin,
+    unit: str = "",
+    log10: bool = False,
+    if_diverged: Mapping[str, float] | None = None,
+    scales: tuple[str, ...] = (),
+) -> Effect:
+    """"``method`` beats every one of ``baselines``": one intersection-union effect whose
+    parts are the pairwise :func:`difference` effects ``<name>_vs_<baseline>`` (supported
+    iff supported against each; contradicted iff contradicted against one at level
+    0.05 / k; see :mod:`normlab.claims.rule`), never a min() or max() picked on test.
+
+    Args:
+        log10, if_diverged, scales: as for :func:`difference`, shared by every part.
+    """
+    if not baselines:
+        raise ValueError(f"beats_every {name!r} needs at least one baseline.")
+    parts = tuple(
+        difference(
+            f"{name}_vs_{baseline}",
+            f"{description}: {method} minus {baseline}",
+            method,
+            baseline,
+            metric,
+            direction=direction,
+            margin=margin,
+            unit=unit,
+            log10=log10,
+            if_diverged=if_diverged,
+            scales=scales,
+        )
+        for baseline in baselines
+    )
+    return Effect(
+        name,
+        f"{description}: {method} against each of {', '.join(baselines)} "
+        "(intersection-union)",
+        None,
+        direction=direction,
+        margin=margin,
+        baseline=", ".join(baselines),
+        method=method,
+        unit=unit,
+        parts=parts,
         if_diverged=dict(if_diverged or {}),
         scales=tuple(scales),
     )
