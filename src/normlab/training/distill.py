@@ -17,7 +17,7 @@ from torch import nn
 
 from normlab.models.mlp import ClusterHead
 from normlab.ssl import TeacherNorm
-from normlab.training.fit import fit
+from normlab.training.fit import Divergence, fit
 
 __all__ = ["gaussian_mixture", "self_distill"]
 
@@ -50,11 +50,10 @@ def self_distill(
     center_momentum: float = 0.9,
     noise: float = 0.3,
     seed: int = 0,
-) -> nn.Module:
-    """Train a student/teacher pair on points ``x`` and return the teacher network.
-
-    A student loss that turns non-finite ends the training there (the teacher keeps its
-    last weights)."""
+) -> tuple[nn.Module, Divergence | None]:
+    """Train a student/teacher pair on points ``x``; the teacher network (in eval mode) and
+    the divergence, if the student's loss turned non-finite (training ended there, the
+    teacher keeping its last weights)."""
     torch.manual_seed(seed)
     student = ClusterHead(x.shape[1], clusters)
     teacher = copy.deepcopy(student).requires_grad_(False)
@@ -80,5 +79,5 @@ def self_distill(
             pt.mul_(teacher_momentum).add_(ps, alpha=1 - teacher_momentum)
 
     opt = torch.optim.Adam(student.parameters(), lr=lr)
-    fit(student, loss_fn, views, steps, opt, after_step=ema)
-    return teacher.eval()
+    result = fit(student, loss_fn, views, steps, opt, after_step=ema)
+    return teacher.eval(), result.diverged

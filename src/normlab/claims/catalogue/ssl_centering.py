@@ -18,6 +18,7 @@ collapse (the paper's reading) is a secondary reported with its sign.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -68,8 +69,8 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     )
     val, test = slice(n_train, n_train + n_val), slice(n_train + n_val, None)
 
-    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, torch.nn.Module]:
-        teacher = self_distill(
+    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, tuple]:
+        teacher, div = self_distill(
             x[:n_train],
             clusters=k,
             mode=arm,
@@ -78,15 +79,20 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
             lr=params["lr"],
             seed=seed,
         )
-        return -_score(teacher, x[val], y[val])["nmi"], teacher
+        score = -_score(teacher, x[val], y[val])["nmi"] if div is None else math.inf
+        return score, (teacher, div)
 
     tuned, records = tune_arms(config, evaluate)
-    table, usage = {}, {}
+    table, usage, diverged = {}, {}, {}
     for arm, t in tuned.items():
-        row = _score(t.result, x[test], y[test])
+        teacher, div = t.result
+        row = _score(teacher, x[test], y[test])
         usage[arm] = row.pop("prior")
         table[arm] = {**row, "lr": float(t.chosen["lr"])}
-    return {"table": table, "usage": usage, "clusters": k, "tuning": records}
+        if div is not None:
+            diverged[arm] = div.record()
+    out = {"table": table, "usage": usage, "clusters": k, "tuning": records}
+    return {**out, "diverged": diverged}
 
 
 def _check_formulas(config: Mapping[str, Any]) -> CheckOutcome:
