@@ -9,6 +9,7 @@
 - :mod:`~normlab.training.policy`: REINFORCE, PPO and bandit policy gradients (RL claims).
 - :mod:`~normlab.training.distill`: teacher-student self-distillation (SSL centering).
 - :mod:`~normlab.training.modular`: sparse modular addition with per-step norm curvature.
+- :mod:`~normlab.training.unlearn`: gradient-ascent / NegGrad+ unlearning to a stop accuracy.
 """
 
 __all__: list[str] = []  # import the submodules themselves (normlab.training.fit, ...)
