@@ -14,8 +14,12 @@ comments and docstrings: a mild shift) and on held-out code. Each window is a pr
 cache: its first ``T - window`` tokens quantized as one chunk, the last ``window`` tokens in
 full precision and scored, as when generation continues from a quantized prompt. The peers
 are transformers' own quantized-cache backends (HQQ and optimum-quanto, per-channel keys and
-values, group 64, through transformers' ``HQQQuantizedLayer`` / ``QuantoQuantizedLayer``)
-where they install.
+values, group 64, through transformers' ``HQQQuantizedLayer`` / ``QuantoQuantizedLayer``,
+wrapped as :class:`~normlab.quant.PeerQuantizer`) where they install. The cache is read and
+substituted through the model's public API: :meth:`TinyGPT.keys_values
+<normlab.models.gpt.TinyGPT.keys_values>` for calibration, and ``attn.project`` /
+``attn.attend`` / ``attn.output`` of :class:`~normlab.attention.MultiheadAttention` for the
+tail's queries over the quantized prefix.
 
 The primary compares NSNQuant with the calibrated VQ it replaces (k-means, codebooks fitted
 on code) on the tables at matched storage: the baseline gets the largest setting whose
