@@ -397,3 +397,14 @@ def test_the_placebo_flags_a_handicapped_baseline_through_the_runner(tmp_path, p
     assert record["placebo"]["flagged"] is True
     kinds = [t["kind"] for t in record["tasks"]]
     assert kinds.count("placebo") == 5 and kinds.count("neighbour") == 10
+
+
+def test_robustness_also_rejudges_a_margin_of_normlabs_choice(tmp_path, planted):
+    claim = planted["planted-ok"]  # margin 0.5, normlab's choice; scores 1.0, 1.1, 1.2
+    (result,) = ClaimRunner(tmp_path, jobs=1).run([claim], "quick", robustness="all")
+    margins = {
+        r["value"]: r["verdict"] for r in result.verdict.robustness if r["setting"] == "margin"
+    }
+    assert margins == {0.25: "supported", 1.0: "inconclusive"}
+    (plain,) = ClaimRunner(tmp_path, jobs=1).run([claim], "quick")
+    assert plain.verdict.robustness == ()  # not asked for: nothing, not even the margin

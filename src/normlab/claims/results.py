@@ -11,7 +11,7 @@ from typing import Any
 
 from normlab.claims._format import NO_VERDICT, robustness_status
 from normlab.claims.calibration import null_calibration
-from normlab.claims.core import CheckOutcome, Claim
+from normlab.claims.core import CheckOutcome, Claim, Effect, Margin
 from normlab.claims.placebo import judge_placebo
 from normlab.claims.rule import ClaimVerdict, judge_claim
 from normlab.claims.tasks import TaskResult
@@ -106,10 +106,10 @@ class ClaimResult:
         )
         if verdict.verdict != "error":
             null = null_calibration(claim.primary, ok)
-            robust = tuple(
-                {**r, "flips": _flips(r["verdict"], verdict.verdict)}
-                for r in _robustness(claim, neighbours, scale)
-            )
+            reruns = _robustness(claim, neighbours, scale)
+            if reruns:  # robustness was asked for: the margin's neighbours cost no training
+                reruns += _margin_robustness(claim, ok, outcomes, scale)
+            robust = tuple({**r, "flips": _flips(r["verdict"], verdict.verdict)} for r in reruns)
             aa = None
             if placebo:
                 aa = judge_placebo(
@@ -146,6 +146,42 @@ def _robustness(
             }
         )
     return tuple(out)
+
+
+#: The factors on a margin that is normlab's choice: its robustness neighbours.
+MARGIN_FACTORS = (0.5, 2.0)
+
+
+def _margin_robustness(
+    claim: Claim, measurements: list[dict[str, Any]], outcomes, scale: str
+) -> tuple[dict[str, Any], ...]:
+    """The claim's verdict with the primary's margin halved and doubled, re-judged on the
+    main seeds, when the margin is normlab's choice (a free setting that needs no rerun)."""
+    margin = claim.primary.margin
+    if not margin.source.startswith("normlab's choice") or margin.value <= 0:
+        return ()
+    out = []
+    for factor in MARGIN_FACTORS:
+        moved = _with_margin(claim.primary, Margin(margin.value * factor, margin.source))
+        v = judge_claim(replace(claim, primary=moved), measurements, outcomes, scale=scale)
+        p = v.primary
+        out.append(
+            {
+                "setting": "margin",
+                "value": margin.value * factor,
+                "verdict": v.verdict,
+                "mean": p.mean if p is not None else math.nan,
+                "low": p.low if p is not None else math.nan,
+                "high": p.high if p is not None else math.nan,
+                "seeds": len(measurements),
+            }
+        )
+    return tuple(out)
+
+
+def _with_margin(effect: Effect, margin: Margin) -> Effect:
+    parts = tuple(_with_margin(p, margin) for p in effect.parts)
+    return replace(effect, margin=margin, parts=parts)
 
 
 def _flips(neighbour: str, main: str) -> bool:
