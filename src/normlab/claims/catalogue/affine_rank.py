@@ -482,8 +482,16 @@ CLAIM = register_claim(
             ),
         ),
         free_settings=(
-            FreeSetting("depth", 8, 16, "normlab's choice: the stack depth at quick scale"),
+            FreeSetting.scaled("depth", "normlab's choice: the stack's depth", 2 / 3, 4 / 3),
+            FreeSetting.scaled("tokens", "normlab's choice: tokens per set"),
+            FreeSetting.scaled("dim", "normlab's choice: model width (BERT-base: 768)"),
+            FreeSetting.scaled("heads", "normlab's choice: attention heads"),
+            FreeSetting.scaled("trials", "normlab's choice: random token sets per seed"),
+            FreeSetting.scaled("rank_trials", "normlab's choice: LN affine-rank sets"),
         ),
+        # the collapse without residuals grows with depth (its premise); both depth
+        # neighbours were robust, and no other setting bounds the effect as directly
+        decisive="depth",
         untuned="random-weight stacks and rank sets; the PG-OP secondary trains both arms "
         "from the same init with the same fixed Adam lr 1e-2",
         headline=(
