@@ -295,7 +295,16 @@ CLAIM = register_claim(
                 "lr", 0.2, 0.32, "normlab's choice: a fixed lr whose kappa crosses 2 mid-run"
             ),
             FreeSetting("phi_on", 0.05, 0.2, "normlab's choice: the angle that marks the onset"),
+            FreeSetting.scaled("lr_below", "normlab's choice: kappa stays below 2"),
+            FreeSetting.scaled("gamma_init", "normlab's choice: a small gain, so kappa rises"),
+            FreeSetting.scaled("steps", "normlab's choice: the run's length"),
+            FreeSetting.scaled("n", "normlab's choice: samples"),
+            FreeSetting.scaled("d", "normlab's choice: features"),
+            FreeSetting.scaled("signal", "normlab's choice: ||theta||"),
+            FreeSetting.scaled("noise", "normlab's choice: label noise"),
         ),
+        # lr 0.2 flipped the quick verdict to inconclusive (kappa crosses 2 later or not)
+        decisive="lr",
         untuned="the paper's statement is about one fixed learning rate; normlab's lr is a "
         "free setting rerun by the robustness pass",
         headline="Theorem-level: delayed onset with a bounded waiting time (no number given).",
