@@ -295,9 +295,21 @@ CLAIM = register_claim(
             ),
         ),
         free_settings=(
-            FreeSetting("lr", 3e-4, 3e-3, "normlab's choice: the fixed training lr"),
-            FreeSetting("max_remove", 1, 3, "normlab's choice: the pruning path's length"),
+            FreeSetting.scaled("lr", "normlab's choice: the fixed training lr", 0.3, 3.0),
+            FreeSetting.scaled("max_remove", "normlab's choice: the path's length", 0.5, 1.5),
+            FreeSetting.scaled("degree", "normlab's choice: the polynomial's degree"),
+            FreeSetting("ood_range", [1.0, 1.15], [1.0, 1.6], "normlab's choice: the OOD |x|"),
+            FreeSetting.scaled("steps", "normlab's choice: the training budget"),
+            FreeSetting.scaled("batch", "normlab's choice: points per Adam step"),
+            FreeSetting.scaled("width", "normlab's choice: the residual MLP's width"),
+            FreeSetting.scaled("depth", "normlab's choice: blocks (layers TALE can remove)"),
+            FreeSetting.scaled("train", "normlab's choice: training points"),
+            FreeSetting.scaled("eval", "normlab's choice: validation and test points"),
+            FreeSetting.scaled("random_draws", "normlab's choice: the random control's draws"),
         ),
+        # max_remove 1 and lr 3e-4 each turned the quick verdict inconclusive; the path's
+        # length bounds the OOD arm's choice directly (k in {0, 1})
+        decisive="max_remove",
         untuned="one network is trained per seed at a fixed lr (a free setting); the arms are "
         "pruning choices on it, each selected on its own validation set",
         headline="Polynomial regression and LLMs: task-aware pruning yields no ID benefit and "
