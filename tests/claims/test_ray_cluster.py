@@ -155,3 +155,21 @@ def test_a_worker_whose_code_differs_refuses_the_task(cluster, tmp_path):
     assert tasks and all(status == "error" for status, _ in tasks)
     assert all("torch 0.0-old vs" in error and "refused" in error for _, error in tasks)
     assert {t["status"] for t in _tasks(out, "toy-ok")} == {"error"}  # nothing cached as ok
+
+
+def test_a_driver_with_the_wrong_token_is_refused_with_exit_2(cluster, tmp_path):
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text(secrets.token_hex(32))
+    env = cluster.env(tmp_path / "cache")
+    env["RAY_AUTH_TOKEN_PATH"] = str(wrong)
+    done = run_cli(
+        *("report", "--backend", "ray", "--address", cluster.address),
+        *("--module", "cli_toys", "--only", "toy-ok", "--scale", "smoke", "--no-progress"),
+        *("--out", str(tmp_path / "report")),
+        cwd=cluster.modules,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("normlab report: error: The Ray cluster at") and "token" in last
