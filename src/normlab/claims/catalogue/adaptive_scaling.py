@@ -334,7 +334,7 @@ CLAIM = register_claim(
             ),
         ),
         free_settings=(
-            FreeSetting("start", "asinh", "asinh", "normlab's choice: a neutral start"),
+            FreeSetting("start", "asinh", "asinh", "normlab's choice: a neutral (linear) start"),
             FreeSetting.scaled("steps", "normlab's choice: the training budget"),
             FreeSetting.scaled("pos_power", "normlab's choice: the streak-pixel weight"),
             FreeSetting.scaled("batch", "normlab's choice: frames per Adam step"),
@@ -342,7 +342,7 @@ CLAIM = register_claim(
             FreeSetting.scaled("frames", "normlab's choice: frames per sample"),
             FreeSetting.scaled("size", "normlab's choice: pixels per side"),
             FreeSetting.scaled("stars", "normlab's choice: stars per frame"),
-            FreeSetting("amplitude", (5.0, 10.0), (20.0, 40.0), "normlab's choice: faint"),
+            FreeSetting("amplitude", (5.0, 10.0), (20.0, 40.0), "normlab's choice: faint streaks"),
             FreeSetting.scaled("n_train", "normlab's choice: training samples"),
             FreeSetting.scaled("n_val", "normlab's choice: validation samples"),
             FreeSetting.scaled("n_test", "normlab's choice: test samples"),
