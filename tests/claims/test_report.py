@@ -311,8 +311,14 @@ def test_report_robustness_flag_records_the_neighbours(tmp_path, planted, monkey
     args = ["report", "--scale", "quick", "--jobs", "1", "--no-progress", "--out", str(tmp_path)]
     assert main([*args, "--only", "planted-ok", "--robustness"]) == 0
     (record,) = json.loads((tmp_path / "results.json").read_text())["claims"]
-    flips = {r["value"]: r["flips"] for r in record["robustness"]}
-    assert flips == {-2.0: True, 0.5: False}
+    flips = {(r["setting"], r["value"]): r["flips"] for r in record["robustness"]}
+    # the free setting's reruns, and the margin (normlab's choice) re-judged at half, double
+    assert flips == {
+        ("offset", -2.0): True,
+        ("offset", 0.5): False,
+        ("margin", 0.25): False,
+        ("margin", 1.0): True,
+    }
     kinds = [t["kind"] for t in record["tasks"]]
     assert kinds.count("seed") == 3 and kinds.count("neighbour") == 6  # reruns stored apart
     page = html.unescape((tmp_path / "claims" / "planted-ok.html").read_text())
