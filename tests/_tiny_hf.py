@@ -12,6 +12,73 @@ from torch import nn
 VOCAB = 61
 FAMILIES = ("gpt2", "gpt_neox", "stablelm", "llama", "bert")
 
+#: Llama-style sizes shared by most decoder families below.
+_LLAMA = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
+_HEADS = dict(_LLAMA, head_dim=8)
+_ENCODER = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
+
+#: One row per Hugging Face family of issue 38: ``(config class, model class, config
+#: kwargs)``. Adding a family is one row here and one layout in ``normlab._layouts``.
+ROWS: dict[str, tuple[str, str, dict]] = {
+    "gpt2": (
+        "GPT2Config",
+        "GPT2LMHeadModel",
+        dict(n_embd=32, n_layer=2, n_head=4, n_positions=64),
+    ),
+    "bert": ("BertConfig", "BertForMaskedLM", _ENCODER),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", _LLAMA),
+    "mistral": ("MistralConfig", "MistralForCausalLM", _LLAMA),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(_LLAMA, tie_word_embeddings=True)),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", _HEADS),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        dict(_HEADS, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2),
+    ),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", _HEADS),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", _HEADS),
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM", _HEADS),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", _LLAMA),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", _LLAMA),
+    "gpt_neox": (
+        "GPTNeoXConfig",
+        "GPTNeoXForCausalLM",
+        dict(_ENCODER, use_parallel_residual=True),
+    ),
+    "cohere": ("CohereConfig", "CohereForCausalLM", _LLAMA),
+    "opt": (
+        "OPTConfig",
+        "OPTForCausalLM",
+        dict(_ENCODER, ffn_dim=64, word_embed_proj_dim=32, intermediate_size=None),
+    ),
+    "falcon": (
+        "FalconConfig",
+        "FalconForCausalLM",
+        dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4),
+    ),
+    "t5": (
+        "T5Config",
+        "T5ForConditionalGeneration",
+        dict(d_model=32, d_ff=64, d_kv=8, num_layers=2, num_heads=4, decoder_start_token_id=0),
+    ),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", dict(_LLAMA, num_key_value_heads=4)),
+}
+#: The 17 families of issue 38 (stablelm is an extra row used by older tests).
+ISSUE_FAMILIES = tuple(f for f in ROWS if f != "stablelm")
+
 
 @torch.no_grad()
 def randomise(model: nn.Module, seed: int = 0, *, scale: float = 0.5) -> nn.Module:
@@ -32,69 +99,42 @@ def randomise(model: nn.Module, seed: int = 0, *, scale: float = 0.5) -> nn.Modu
     return model
 
 
-def build(family: str, *, seed: int = 0, layers: int = 2, **overrides) -> nn.Module:
-    """A tiny randomised model of ``family`` with an LM head (BERT: masked-LM head)."""
+def build(
+    family: str, *, seed: int = 0, layers: int = 2, attn: str | None = None, **overrides
+) -> nn.Module:
+    """A tiny randomised model of ``family`` (a key of :data:`ROWS`) with an LM head (BERT:
+    masked-LM head; T5: encoder-decoder with its LM head); ``attn="eager"`` for probes that
+    read attention probabilities."""
     import transformers as tf
 
     torch.manual_seed(seed)
+    config_cls, model_cls, kwargs = ROWS[family]
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    if layers != 2:
+        key = "n_layer" if family == "gpt2" else "num_layers" if family == "t5" else None
+        kwargs[key or "num_hidden_layers"] = layers
     common = dict(vocab_size=VOCAB, bos_token_id=0, eos_token_id=0, pad_token_id=0)
-    if family == "gpt2":
-        config = tf.GPT2Config(n_embd=32, n_layer=layers, n_head=4, n_positions=64, **common)
-        cls = tf.GPT2LMHeadModel
-    elif family == "gpt_neox":
-        config = tf.GPTNeoXConfig(
-            hidden_size=32,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=64,
-            use_parallel_residual=True,
-            **common,
-        )
-        cls = tf.GPTNeoXForCausalLM
-    elif family == "stablelm":
-        config = tf.StableLmConfig(
-            hidden_size=32,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            num_key_value_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=64,
-            **common,
-        )
-        cls = tf.StableLmForCausalLM
-    elif family == "llama":
-        config = tf.LlamaConfig(
-            hidden_size=32,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=64,
-            **common,
-        )
-        cls = tf.LlamaForCausalLM
-    elif family == "bert":
-        config = tf.BertConfig(
-            hidden_size=32,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=64,
-            vocab_size=VOCAB,
-            pad_token_id=0,
-        )
-        cls = tf.BertForMaskedLM
-    else:
-        raise ValueError(family)
+    config = getattr(tf, config_cls)(**common, **kwargs)
+    cls = getattr(tf, model_cls)
     for key, value in overrides.items():
         setattr(config, key, value)
+    if attn is not None:
+        config._attn_implementation = attn
     return randomise(cls(config).eval(), seed)
 
 
 def tokens(batch: int = 2, length: int = 12, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(1, VOCAB, (batch, length), generator=g)
+
+
+def example(model: nn.Module, ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Keyword inputs for ``model``: ``input_ids``, and decoder inputs for an encoder-decoder."""
+    ids = tokens() if ids is None else ids
+    out = {"input_ids": ids}
+    if getattr(model.config, "is_encoder_decoder", False):
+        out["decoder_input_ids"] = ids.flip(-1)
+    return out
 
 
 # --- real tokenizer files, built from tiny vocabularies with the `tokenizers` library ---

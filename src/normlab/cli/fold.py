@@ -84,7 +84,7 @@ def _fold(args: argparse.Namespace) -> int:
     import torch
 
     from normlab.cli._load import load_checked
-    from normlab.models.checkpoint import builtin_batch, position_limit, save_model
+    from normlab.models.checkpoint import builtin_batch, model_inputs, position_limit, save_model
     from normlab.surgery.fold import fold_layernorms
     from normlab.surgery.fold_gains import center_unembed, fold_rms_gains
 
@@ -102,21 +102,21 @@ def _fold(args: argparse.Namespace) -> int:
             )
         batch = builtin_batch(model, args.input, batch=args.batch, tokens=n)
         tokens = batch.ids
-        example: object = tokens if kind == "normlab" else {"input_ids": tokens}
-        if batch.mask is not None and kind != "normlab":
-            example = {"input_ids": tokens, "attention_mask": batch.mask}
+        example: object = tokens if kind == "normlab" else model_inputs(model, tokens, batch.mask)
         _check_finite(model, example, args.input)
-    except CliError as err:
+        with torch.no_grad():
+            result = fold_layernorms(model, example, tied=args.tied)
+            gains = fold_rms_gains(model, example)  # RMSNorm gains into their readers
+    except (CliError, ValueError) as err:  # ValueError: already folded
         return fail("fold", str(err))
-    with torch.no_grad():
-        result = fold_layernorms(model, example, tied=args.tied)
     for site in result.analysis.sites:
         print(f"  {site.name}: {'foldable' if site.foldable else 'not foldable'}")
         for reason in site.reasons:
             print(f"      - {_cli_words(reason)}")
-    gains = fold_rms_gains(model, example)  # RMSNorm gains (Llama-style) into their readers
     for name, readers in gains.folded.items():
         print(f"  {name}: RMSNorm gain folded into {', '.join(readers)}")
+    for name, why in gains.refused.items():
+        print(f"  {name}: gain kept: {_cli_words(why)}")
     checks = [c for c in (result.check, gains.check) if c is not None]
     if args.center_unembed:
         centred = center_unembed(model, example)
@@ -128,8 +128,11 @@ def _fold(args: argparse.Namespace) -> int:
         return fail("fold", f"nothing to fold: {args.input} {what}, and no RMSNorm gain.")
     change = float(result.max_abs_change or 0.0)
     shape = "x".join(str(s) for s in tokens.shape)
+    if gains.folded:
+        change = max(change, gains.check.change if gains.check else 0.0)
     print(
-        f"folded {len(result.folded)} of {len(result.analysis.sites)} LayerNorm(s); "
+        f"folded {len(result.folded)} of {len(result.analysis.sites)} LayerNorm(s) and "
+        f"{len(gains.folded)} of {len(gains.folded) + len(gains.refused)} norm gain(s); "
         f"max |delta logits| = {change:.3e} in fp32 on built-in text ({shape} tokens)"
     )
     ok = True
@@ -166,9 +169,12 @@ def _fold(args: argparse.Namespace) -> int:
     except OSError as err:
         return fail("fold", f"cannot write the folded model to {out} ({err}); choose another one")
     weights = [p.name for p in out.glob("*.safetensors")]
-    if result.untied:
+    if result.untied or gains.untied:
         before, after = _weights_size(Path(args.input)), _weights_size(out)
-        pairs = ", ".join(f"{other} (was tied to {writer})" for writer, other in result.untied)
+        pairs = ", ".join(
+            [f"{other} (was tied to {writer})" for writer, other in result.untied]
+            + [f"{name} (+{n} parameters)" for name, n in gains.untied.items()]
+        )
         print(
             f"  tied embeddings untied: {pairs} now has its own copy, because the fold changes "
             f"the two copies differently; weights {before / 1e6:.2f} MB -> {after / 1e6:.2f} MB "

@@ -39,6 +39,7 @@ __all__ = [
     "builtin_batch",
     "builtin_tokens",
     "load_model",
+    "model_inputs",
     "position_limit",
     "save_model",
     "special_tokens",
@@ -211,6 +212,25 @@ def load_model(path: str | Path) -> tuple[nn.Module, str]:
         _load_state(model, path / "model.safetensors")
     model.normlab_kind = kind
     return model.eval(), kind
+
+
+def model_inputs(
+    model: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    """Keyword inputs for a Hugging Face ``model`` on token ``ids``: ``input_ids``, the
+    padding mask when given, and for an encoder-decoder (T5) the decoder inputs, the same
+    ids shifted right behind the decoder start token (teacher forcing)."""
+    out = {"input_ids": ids}
+    if mask is not None:
+        out["attention_mask"] = mask
+    config = getattr(model, "config", None)
+    if getattr(config, "is_encoder_decoder", False):
+        start = getattr(config, "decoder_start_token_id", None)
+        start = 0 if start is None else int(start)
+        out["decoder_input_ids"] = torch.cat(
+            [torch.full_like(ids[:, :1], start), ids[:, :-1]], dim=1
+        )
+    return out
 
 
 def position_limit(model: nn.Module) -> int | None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from torch import nn
 
+from normlab._layouts import LAYOUTS
 from normlab._marks import save_changed
 from normlab.surgery.hf_format import AUTO_FILE, WEIGHTS_FILE, auto_class_name, auto_module_source
 from normlab.surgery.structure import apply_structure
@@ -44,15 +45,10 @@ __all__ = [
     "register_auto_classes",
 ]
 
-#: ``(model_type, model class)`` registered by :func:`register_auto_classes`.
-FAMILIES = (
-    ("gpt2", "GPT2LMHeadModel"),
-    ("gpt_neox", "GPTNeoXForCausalLM"),
-    ("stablelm", "StableLmForCausalLM"),
-    ("llama", "LlamaForCausalLM"),
-    ("bert", "BertForMaskedLM"),
-    ("bert", "BertModel"),
-)
+#: ``(model_type, model class)`` registered by :func:`register_auto_classes`: every
+#: architecture of every family in :data:`normlab._layouts.LAYOUTS` (the table is data, so
+#: a family added there is registered too).
+FAMILIES = tuple((kind, arch) for kind, lay in LAYOUTS.items() for arch in lay.architectures)
 
 
 @functools.cache
@@ -107,7 +103,8 @@ def hf_classes(model_type: str, arch: str) -> tuple[type, type]:
 
 
 def register_auto_classes() -> None:
-    """Register normlab's classes for every family in :data:`FAMILIES` with the Auto
+    """Register normlab's classes for every architecture in :data:`FAMILIES` with the Auto
     classes, so ``AutoModelForCausalLM.from_pretrained`` loads transformed checkpoints."""
-    for model_type, arch in FAMILIES:
-        hf_classes(model_type, arch)
+    for kind, lay in LAYOUTS.items():
+        for arch in lay.architectures:
+            hf_classes(kind, arch)

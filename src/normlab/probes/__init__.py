@@ -18,6 +18,7 @@ from normlab.probes.hooks import (
     adapt,
     families,
     register_adapter,
+    register_layout,
 )
 from normlab.probes.numerics import (
     NormError,
@@ -91,6 +92,7 @@ __all__ = [
     "pruning_order",
     "rank_record",
     "register_adapter",
+    "register_layout",
     "sink_alpha",
     "sink_stats",
     "sink_sweep",

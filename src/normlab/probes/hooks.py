@@ -1,7 +1,9 @@
 """Model adapters: one view of blocks, norms, residual stream and attention across models.
 
-:func:`adapt` wraps a Hugging Face GPT-2, BERT or Llama-style model (Mistral, Qwen2, ...
-share Llama's layout), or any model whose code registered an adapter with
+:func:`adapt` wraps a Hugging Face model of any family with a layout in
+:data:`normlab._layouts.LAYOUTS` (GPT-2, BERT, Llama, Mistral, Qwen2/3, Qwen3-MoE, Mixtral,
+Gemma 1-3, Phi-3, OLMo-2, GPT-NeoX, Cohere, OPT, Falcon, T5's encoder, StableLM; add one with
+:func:`register_layout`), or any model whose code registered an adapter with
 :func:`register_adapter` (normlab's TinyGPT does so when :mod:`normlab.models.gpt` is
 imported), in a :class:`ModelAdapter`. Probes never import a model class. They use the
 adapter to read, without changing the model:
@@ -11,8 +13,9 @@ adapter to read, without changing the model:
   ``adapter.readout(residual[-1])`` reproduces the model's own output;
 - the inputs and outputs of every norm, named by :class:`NormSite` with its position
   ("pre": the norm reads the residual stream before a sublayer, GPT-2 / Llama; "post": it
-  normalizes the stream after the residual add, BERT; "final": the last norm before the
-  head; "embed": BERT's embedding norm);
+  normalizes the stream after the residual add, BERT; "post_sublayer": it normalizes a
+  sublayer's output before the add, Gemma-2 / OLMo-2; "qk": queries and keys, Qwen3;
+  "final": the last norm before the head; "embed": BERT's embedding norm);
 - attention probabilities ``(batch, heads, tokens, tokens)`` per layer (Hugging Face models
   must be built with ``attn_implementation="eager"``, the only kernel that returns them).
 
@@ -31,6 +34,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab._layouts import LAYOUTS, ModelLayout, base_model_type, register_layout
+
 __all__ = [
     "FAMILIES",
     "ModelAdapter",
@@ -41,10 +46,12 @@ __all__ = [
     "base_model_type",
     "families",
     "register_adapter",
+    "register_layout",
 ]
 
-#: Hugging Face model families :func:`adapt` understands without a registered adapter.
-FAMILIES = ("gpt2", "bert", "llama")
+#: Hugging Face model families (``model_type``) :func:`adapt` understands by layout; a
+#: view of the table, so families added with :func:`register_layout` appear here too.
+FAMILIES = LAYOUTS.keys()
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,7 @@ class NormSite:
     Attributes:
         name: qualified module name, as in ``model.named_modules()``.
         layer: block index, or -1 for a norm outside the blocks (final or embedding).
-        position: "pre", "post", "final" or "embed".
+        position: "pre", "post", "post_sublayer", "qk", "final" or "embed".
         module: the norm module itself (left out of :meth:`to_dict`).
     """
 
@@ -115,36 +122,6 @@ def _inference(model: nn.Module) -> Iterator[None]:
             module.training = training
 
 
-@dataclass(frozen=True)
-class ModelLayout:
-    """Where one family keeps its parts; paths are relative to the backbone ``root``."""
-
-    roots: tuple[str, ...]  # backbone prefixes tried in order, e.g. "transformer." or ""
-    blocks: str
-    attention: str  # inside a block: the module returning (output, probabilities)
-    block_norms: tuple[str, ...]  # inside a block
-    position: str
-    final: str | None  # final norm applied before the head
-    embed: str | None = None
-    head: str = "lm_head"  # relative to the model, not the root
-    head_norm: str | None = None  # a norm inside the head, reported as "final"
-
-
-_LAYOUTS: dict[str, ModelLayout] = {
-    "gpt2": ModelLayout(("transformer.", ""), "h", "attn", ("ln_1", "ln_2"), "pre", "ln_f"),
-    # post_attention_layernorm is, despite its name, the pre-norm of the MLP sublayer.
-    "llama": ModelLayout(
-        ("model.", ""), "layers", "self_attn", ("input_layernorm", "post_attention_layernorm"),
-        "pre", "norm",
-    ),
-    "bert": ModelLayout(
-        ("bert.", ""), "encoder.layer", "attention.self",
-        ("attention.output.LayerNorm", "output.LayerNorm"), "post", None,
-        embed="embeddings.LayerNorm", head="cls", head_norm="cls.predictions.transform.LayerNorm",
-    ),
-}  # fmt: skip
-
-
 class ModelAdapter:
     """A uniform view of one model family; build it with :func:`adapt`.
 
@@ -157,7 +134,7 @@ class ModelAdapter:
         model: the model.
         family: the family name, e.g. "gpt2".
         layout: where its parts are; ``None`` for the built-in layout of ``family``.
-        causal: attention is causal; ``None`` for "every family but BERT".
+        causal: attention is causal; ``None`` for the layout's.
 
     Attributes:
         model: the wrapped model.
@@ -175,14 +152,15 @@ class ModelAdapter:
         causal: bool | None = None,
     ) -> None:
         self.model, self.family = model, family
-        self.layout = layout = _LAYOUTS[family] if layout is None else layout
+        self.layout = layout = LAYOUTS[family] if layout is None else layout
         self.root = next(r for r in layout.roots if _get(model, r + layout.blocks) is not None)
-        self.has_lm_head = isinstance(_get(model, layout.head), nn.Module)
-        self.causal = family != "bert" if causal is None else causal
+        head = _get(model, layout.head) if layout.head else None
+        self.has_lm_head = isinstance(head, nn.Module)
+        self.causal = layout.causal if causal is None else causal
 
     def norm_position(self) -> str:
         """The position of the block norms, "pre" or "post" (the layout's by default)."""
-        return self.layout.position
+        return self.layout.norm_position(getattr(self.model, "config", None))
 
     def blocks(self) -> list[nn.Module]:
         """The transformer blocks, in order."""
@@ -197,8 +175,12 @@ class ModelAdapter:
         lay, root = self.layout, self.root
         position = self.norm_position()
         wanted = [(root + lay.embed, -1, "embed")] if lay.embed else []
+        roles = (
+            (lay.block_norms, position), (lay.post_norms, "post_sublayer"), (lay.qk_norms, "qk"),
+        )  # fmt: skip
         for i in range(self.n_layers):
-            wanted += [(f"{root}{lay.blocks}.{i}.{n}", i, position) for n in lay.block_norms]
+            for names, where in roles:
+                wanted += [(f"{root}{lay.blocks}.{i}.{n}", i, where) for n in names]
         if lay.final:
             wanted.append((root + lay.final, -1, "final"))
         if lay.head_norm:
@@ -207,10 +189,21 @@ class ModelAdapter:
         return [NormSite(n, i, p, named[n]) for n, i, p in wanted if n in named]
 
     def readout(self, h: torch.Tensor) -> torch.Tensor:
-        """The model's output computed from a last residual state (final norm, then head)."""
-        if self.layout.final:
-            h = _get(self.model, self.root + self.layout.final)(h)  # type: ignore[misc]
-        return _get(self.model, self.layout.head)(h) if self.has_lm_head else h  # type: ignore[misc]
+        """The model's output computed from a last residual state: final norm, head, then
+        the family's logit scale ``s`` and soft cap ``c`` (``c * tanh(s * z / c)``)."""
+        lay, config = self.layout, getattr(self.model, "config", None)
+        if lay.final:
+            h = _get(self.model, self.root + lay.final)(h)  # type: ignore[misc]
+        if not self.has_lm_head:
+            return h
+        logits = _get(self.model, lay.head)(h)  # type: ignore[misc]
+        scale = getattr(config, lay.logit_scale, None) if lay.logit_scale else None
+        if scale is not None:
+            logits = logits * scale
+        cap = getattr(config, lay.logit_softcap, None) if lay.logit_softcap else None
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
     def _states(
         self, tokens: torch.Tensor, layers: list[int] | None, attention: bool
@@ -231,8 +224,9 @@ class ModelAdapter:
         kwargs: dict[str, Any] = {"use_cache": False} if self.causal else {}
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask
+        module = _get(self.model, self.layout.call) if self.layout.call else self.model
         with self._order(layers):
-            out = self.model(input_ids=tokens, **kwargs)
+            out = module(input_ids=tokens, **kwargs)  # type: ignore[misc]
         return out.logits if self.has_lm_head else out.last_hidden_state
 
     def _check_layers(self, layers: Sequence[int] | None) -> list[int] | None:
@@ -254,17 +248,17 @@ class ModelAdapter:
         owner_path, _, attr = (self.root + self.layout.blocks).rpartition(".")
         owner = _get(self.model, owner_path) if owner_path else self.model
         original = getattr(owner, attr)
-        config = getattr(self.model, "config", None)
-        count = getattr(config, "num_hidden_layers", None) if self.family == "llama" else None
+        config, key = getattr(self.model, "config", None), self.layout.count
+        count = getattr(config, key, None) if key else None
         setattr(owner, attr, nn.ModuleList([original[i] for i in layers]))
         if count is not None:  # Llama-style models run ``layers[: config.num_hidden_layers]``
-            config.num_hidden_layers = len(layers)
+            setattr(config, key, len(layers))
         try:
             yield
         finally:
             setattr(owner, attr, original)
             if count is not None:
-                config.num_hidden_layers = count
+                setattr(config, key, count)
 
     def _masked_call(
         self, tokens: torch.Tensor, layers: list[int] | None, mask: torch.Tensor | None
@@ -317,7 +311,8 @@ class ModelAdapter:
             trace.residual.append(_first(output))
 
         def attn_hook(module: nn.Module, args: Any, output: Any) -> None:
-            probs = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
+            k = self.layout.probs_index
+            probs = output[k] if isinstance(output, (tuple, list)) and len(output) > k else None
             if probs is None:
                 raise ValueError(
                     f"{type(module).__name__} returned no attention probabilities; build the "
@@ -412,51 +407,36 @@ def _matches(match: Matcher, model: nn.Module) -> bool:
 
 
 def families() -> tuple[str, ...]:
-    """The families :func:`adapt` understands: registered adapters' matchers, then FAMILIES."""
+    """The families :func:`adapt` understands: registered adapters' matchers, then the
+    Hugging Face families with a layout."""
     names = [m if isinstance(m, str) else getattr(m, "__name__", repr(m)) for m, _ in _ADAPTERS]
     return (*dict.fromkeys(names), *FAMILIES)
-
-
-def base_model_type(model: nn.Module) -> str | None:
-    """The Hugging Face ``model_type`` of ``model``'s architecture; for a model normlab
-    transformed (``normlab_gpt2``, ...) the base type recorded in its config."""
-    config = getattr(model, "config", None)
-    kind = getattr(config, "model_type", None)
-    record = getattr(config, "normlab", None)
-    if isinstance(record, dict) and record.get("base_model_type"):
-        return str(record["base_model_type"])
-    if isinstance(kind, str) and kind.startswith("normlab_"):
-        return kind.removeprefix("normlab_")
-    return kind
 
 
 def adapt(model: nn.Module) -> ModelAdapter:
     """A :class:`ModelAdapter` for ``model``.
 
     Tries the adapters registered with :func:`register_adapter` (the latest first), then
-    recognises Hugging Face GPT-2 (``GPT2Model``, ``GPT2LMHeadModel``), BERT (``BertModel``,
-    ``BertForMaskedLM``) and Llama-style models (``LlamaModel``, ``*ForCausalLM`` with
-    ``model.layers`` and ``model.norm``), also when normlab transformed them (config
-    ``model_type = "normlab_<type>"``: the base type is read from the config).
+    the layout of the model's Hugging Face ``model_type`` (for a model normlab transformed,
+    config ``model_type = "normlab_<type>"``, the base type recorded in its config).
 
     Raises:
-        TypeError: for any other model; the message lists the supported families.
+        TypeError: for any other model; the message lists the known families and how to
+            declare a layout.
     """
     for match, factory in reversed(_ADAPTERS):
         if _matches(match, model):
             return factory(model)
     kind = base_model_type(model)
-    if kind in ("gpt2", "bert"):
-        lay = _LAYOUTS[kind]
-        if any(_get(model, r + lay.blocks) is not None for r in lay.roots):
-            return ModelAdapter(model, kind)
-    lay = _LAYOUTS["llama"]
-    for root in lay.roots:
-        layers, norm = _get(model, root + lay.blocks), _get(model, root + "norm")
-        if isinstance(layers, nn.ModuleList) and isinstance(norm, nn.Module):
-            return ModelAdapter(model, "llama")
+    layout = LAYOUTS.get(kind) if isinstance(kind, str) else None
+    roots = layout.roots if layout is not None else ()
+    if any(_get(model, r + layout.blocks) is not None for r in roots):  # type: ignore[union-attr]
+        return ModelAdapter(model, kind)  # type: ignore[arg-type]
+    what = f"model_type {kind!r}" if kind else "no Hugging Face model_type"
     raise TypeError(
-        f"Cannot adapt a {type(model).__name__}: supported families are "
-        f"{', '.join(families())} (registered adapters; Hugging Face GPT-2, BERT and "
-        "Llama-style models). Register one with normlab.probes.register_adapter."
+        f"Cannot adapt a {type(model).__name__} ({what}): known families are "
+        f"{', '.join(families())}. Declare its layout with normlab.probes.register_layout("
+        "model_type, ModelLayout(roots, blocks, attention, block_norms, position, final, ...)) "
+        "(one record: where its blocks, norms and head are), or register an adapter with "
+        "normlab.probes.register_adapter."
     )

@@ -34,6 +34,7 @@ from torch import nn
 from normlab._marks import mark_changed
 from normlab._records import Record
 from normlab.layers.norms import RMSNorm
+from normlab.surgery._folded import mark_folded, refuse_refold
 from normlab.surgery.fold_detect import FoldAnalysis, analyze_fold, run_example
 from normlab.surgery.fold_verify import FoldCheck, model_output, verify_transform
 from normlab.surgery.structure import tag_build
@@ -165,10 +166,15 @@ def fold_layernorms(
     Returns:
         A :class:`FoldResult`; ``result.analysis.refused`` holds the reasons for the rest.
 
+    Raises:
+        ValueError: when ``model`` was already folded by this function (config
+            ``normlab_folded``; fold every LayerNorm you want in one call).
+
     Example:
         >>> result = fold_layernorms(model, tokens)
         >>> result.folded, result.max_abs_change
     """
+    refuse_refold(model, "fold_layernorms")
     analysis = analyze_fold(model, example, tied=tied)
     sites = [s for s in analysis.sites if s.foldable and (only is None or s.name in only)]
     modes = [(m, m.training) for m in model.modules()]
@@ -244,4 +250,5 @@ def fold_layernorms(
     folded = tuple(s.name for s in sites)
     if folded:
         mark_changed(model, "fold_layernorms")
+        mark_folded(model, "fold_layernorms")
     return FoldResult(analysis, folded, untied, tuple(added), specs, change, check)

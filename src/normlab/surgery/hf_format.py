@@ -57,6 +57,7 @@ def auto_class_name(arch: str) -> str:
     for mapping, auto in (
         (ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "AutoModelForCausalLM"),
         (ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES, "AutoModelForMaskedLM"),
+        (ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES, "AutoModelForSeq2SeqLM"),
         (ma.MODEL_MAPPING_NAMES, "AutoModel"),
     ):
         if arch in mapping.values():
@@ -112,6 +113,14 @@ def _untie_config(model: nn.Module, config: Any) -> None:
         config.tie_word_embeddings = False
 
 
+def _write_generation_config(model: nn.Module, path: Path) -> None:
+    """Keep ``generation_config.json`` (what ``save_pretrained`` writes for a generator)."""
+    generation = getattr(model, "generation_config", None)
+    can_generate = getattr(model, "can_generate", None)
+    if generation is not None and callable(can_generate) and can_generate():
+        atomic_write_bytes(path / "generation_config.json", generation.to_json_string().encode())
+
+
 def _refuse_quantized(model: nn.Module) -> None:
     wrapped = [n for n, m in model.named_modules() if type(m).__name__ == "QuantLinear"]
     if wrapped:
@@ -144,6 +153,7 @@ def save_hf(model: nn.Module, path: str | Path) -> Path:
         atomic_write_bytes(path / "config.json", config.to_json_string().encode())
         atomic_write_bytes(path / "model.safetensors", state_bytes(model))
         _remove(path, WEIGHTS_FILE, AUTO_FILE)
+        _write_generation_config(model, path)
         return path
     data = {k: v for k, v in config.to_dict().items() if k not in NORMLAB_KEYS}
     data["model_type"] = "normlab_" + model_type
@@ -163,6 +173,7 @@ def save_hf(model: nn.Module, path: str | Path) -> Path:
     atomic_write_bytes(path / AUTO_FILE, auto_module_source(model_type, arch).encode())
     atomic_write_bytes(path / WEIGHTS_FILE, state_bytes(model))
     _remove(path, "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
+    _write_generation_config(model, path)
     return path
 
 

@@ -1,0 +1,130 @@
+"""Issue 38: fold, refusals, replace -> save -> reload, and probes on 17 Hugging Face families.
+
+Every family is built from a tiny transformers config (``tests/_tiny_hf.py``: hidden 32,
+2 layers, random norm gains and biases). The bounds:
+
+- fp32 fold: ``max |delta logit| <= 1e-4 * max |logit|`` (relative), and the fold's own check
+  passes (folded fp32 vs float64 within 4x the model's own fp32 rounding; qwen3_moe, whose
+  grouped-GEMM experts have no float64 kernel, against fp32 within ``1e-4 * max |logit|``);
+- bf16 fold: the folded bf16 model is no further from the float64 logits than 4x the
+  unfolded bf16 model's own error (``check.passed``), and ``max |delta logit| <= 2^-5 *
+  max |logit|`` (a few bf16 roundings of the largest logit; bf16's unit roundoff is 2^-9).
+
+With ``NORMLAB_COVERAGE_OUT=file.json`` the measurements are written there; ``python
+tools/coverage.py`` runs this file that way and renders ``docs/coverage.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from normlab.models.checkpoint import model_inputs
+from normlab.surgery import fold_layernorms, fold_rms_gains
+from tests._tiny_hf import ISSUE_FAMILIES, build, tokens
+
+transformers = pytest.importorskip("transformers")
+
+#: Per family: (LayerNorms folded, norm gains folded, substrings every refusal must show).
+EXPECTED: dict[str, tuple[int, int, tuple[str, ...]]] = {
+    "gpt2": (5, 0, ()),
+    "bert": (0, 0, ("post-LN",)),
+    "llama": (0, 5, ()),
+    "mistral": (0, 5, ()),
+    "qwen2": (0, 5, ()),
+    "qwen3": (0, 5, ("QK-norm",)),
+    "qwen3_moe": (0, 5, ("QK-norm",)),
+    "gemma": (0, 5, ()),
+    "gemma2": (0, 5, ("post-sublayer",)),
+    "gemma3_text": (0, 5, ("post-sublayer", "QK-norm")),
+    "phi3": (0, 5, ()),
+    "olmo2": (0, 1, ("post-sublayer", "QK-norm")),
+    "gpt_neox": (5, 0, ()),
+    "cohere": (0, 3, ()),
+    "opt": (5, 0, ()),
+    "falcon": (3, 0, ()),
+    "t5": (0, 11, ("returned by the model",)),
+}
+FP32_RELATIVE = 1e-4
+BF16_RELATIVE = 2.0**-5
+RESULTS: dict[str, dict] = {}
+
+
+def _record(family: str, **values) -> None:
+    RESULTS.setdefault(family, {}).update(values)
+    out = os.environ.get("NORMLAB_COVERAGE_OUT")
+    if out:
+        with open(out, "w") as f:
+            json.dump(RESULTS, f, indent=1, sort_keys=True)
+
+
+@torch.no_grad()
+def _logits(model, x) -> torch.Tensor:
+    return model(**x).logits.double()
+
+
+def _fold(model, x):
+    """What ``normlab fold`` does: LayerNorms into RMSNorm, then norm gains."""
+    return fold_layernorms(model, x), fold_rms_gains(model, x)
+
+
+def test_every_issue_family_is_covered():
+    assert set(EXPECTED) == set(ISSUE_FAMILIES) and len(ISSUE_FAMILIES) == 17
+
+
+@pytest.mark.parametrize("family", ISSUE_FAMILIES)
+def test_fold_fp32_exact_with_refusals_and_no_second_fold(family):
+    model = build(family)
+    x = model_inputs(model, tokens())
+    before = _logits(model, x)
+    ln, gains = _fold(model, x)
+    change = float((_logits(model, x) - before).abs().max())
+    scale = float(before.abs().max())
+    n_ln, n_gain, reasons = EXPECTED[family]
+    assert (len(ln.folded), len(gains.folded)) == (n_ln, n_gain)
+    assert change <= FP32_RELATIVE * scale
+    for check in (ln.check, gains.check):
+        assert check is None or check.passed
+    refused = {k: " ".join(v) for k, v in ln.analysis.refused.items()} | dict(gains.refused)
+    for word in reasons:
+        assert any(word in why for why in refused.values()), (word, refused)
+    if family == "qwen3_moe":  # the router reads the normed stream too
+        readers = gains.folded["model.layers.0.post_attention_layernorm"]
+        assert {"model.layers.0.mlp.gate", "model.layers.0.mlp.experts"} <= set(readers)
+        assert gains.check.reference.startswith("float32")
+    if family.startswith("gemma"):  # (1 + w) gains became exact zeros: gain 1
+        assert torch.equal(model.model.norm.weight, torch.zeros_like(model.model.norm.weight))
+    if ln.folded:
+        with pytest.raises(ValueError, match="already folded"):
+            fold_layernorms(model, x)
+    if gains.folded:
+        with pytest.raises(ValueError, match="already folded"):
+            fold_rms_gains(model, x)
+    _record(
+        family,
+        fp32_change=change,
+        fp32_relative=change / scale,
+        layernorms_folded=len(ln.folded),
+        gains_folded=len(gains.folded),
+        refused=refused,
+        reference=(gains.check or ln.check).reference if (gains.check or ln.check) else None,
+        untied=sorted(gains.untied) + [o for _w, o in ln.untied],
+    )
+
+
+@pytest.mark.parametrize("family", ISSUE_FAMILIES)
+def test_fold_bf16_within_bf16_rounding(family):
+    model = build(family).to(torch.bfloat16)
+    x = model_inputs(model, tokens())
+    before = _logits(model, x)
+    ln, gains = _fold(model, x)
+    change = float((_logits(model, x) - before).abs().max())
+    scale = float(before.abs().max())
+    assert (len(ln.folded), len(gains.folded)) == EXPECTED[family][:2]
+    for check in (ln.check, gains.check):
+        assert check is None or check.passed
+    assert change <= BF16_RELATIVE * scale
+    _record(family, bf16_change=change, bf16_relative=change / scale)
