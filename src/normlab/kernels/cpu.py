@@ -34,12 +34,15 @@ here). The remedy for a CPU process is an allocator setting, ``MALLOC_MMAP_MAX_=
 MALLOC_TRIM_THRESHOLD_=<large>`` (or ``LD_PRELOAD`` of jemalloc / tcmalloc); ``normlab
 bench`` shows both regimes.
 
-Measured (2 threads, medians of 7 interleaved repeats, machine load average 8.2-8.8 on
-2 cores, (8192, 1024) / (2048, 4096)): RMSNorm forward fp32 1.13 / 0.93x copy bandwidth
-and 4.4 / 4.2x ``F.rms_norm``, bf16 0.99 / 1.02x copy and 6.3 / 6.4x ``F.rms_norm``;
-forward+backward fp32 4.1x ``F.rms_norm``'s and 2.0 / 2.3x ``torch.compile``'s; full table
-in ``normlab bench``. bfloat16 outputs are rounded with AVX512-BF16's ``vcvtneps2bf16``
-where the CPU has it (a third of the scalar rounding's time).
+Measured (``normlab bench --threads 2``, medians of 7 interleaved repeats, 1-minute load
+1.1-1.8 on 2 cores, (8192, 1024) / (2048, 4096), fractions of the memory limit): RMSNorm
+forward fp32 1.00 / 0.98 and bf16 1.01 / 1.06, 4.0 / 3.7x and 5.3 / 3.0x ``F.rms_norm``;
+forward+backward fp32 0.82 / 1.06, bf16 1.12 (8192 x 1024). Ratios taken above a load of 2
+move with the other processes (the copy baseline suffers most), so the bench withholds them.
+Every OpenMP region waits at its barrier for a descheduled thread on a busy machine: the
+kernels open one region per pass and reduce small weight gradients on one thread.
+bfloat16 outputs are rounded with AVX512-BF16's ``vcvtneps2bf16`` where the CPU has it (a
+third of the scalar rounding's time).
 
 ``tanh`` in DyT's forward is Eigen's rational approximation (one division, no exp), which
 vectorises at the memory limit; ATen's ``Vectorized<float>::tanh`` (SLEEF, in torch's build)

@@ -400,20 +400,30 @@ void softmax1_fwd(const T* x, T* y, float* work, long R, long D, int nt) {
 #pragma omp for schedule(static)
     for (long i = 0; i < R; ++i) {
       const long o = i * D;
-      float m = 0.0f;  // the implicit logit 0 takes part in the max
-#pragma omp simd reduction(max : m)
+      // One pass: exp(x) unshifted, its sum and the max together. The implicit logit 0
+      // bounds the shift below by 0, so when max <= 64 the sum cannot overflow (D e^64 <
+      // 1e33) and y = exp(x) / (1 + sum) is the shifted form's value without its extra pass
+      // over the row; a row with a larger logit is summed again shifted by its max.
+      float m = 0.0f, s = 0.0f;
+#pragma omp simd reduction(max : m) reduction(+ : s)
       for (long j = 0; j < D; ++j) {
         float v = ld(x + o, j);
         m = v > m ? v : m;
-      }
-      float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-      for (long j = 0; j < D; ++j) {
-        float e = fast_exp(ld(x + o, j) - m);
+        float e = fast_exp(v);
         buf[j] = e;
         s += e;
       }
-      const float inv = 1.0f / (fast_exp(-m) + s);
+      float inv = 1.0f / (1.0f + s);
+      if (m > 64.0f) {
+        s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (long j = 0; j < D; ++j) {
+          float e = fast_exp(ld(x + o, j) - m);
+          buf[j] = e;
+          s += e;
+        }
+        inv = 1.0f / (fast_exp(-m) + s);
+      }
       emit(y + o, D, [&](long j) { return buf[j] * inv; });
     }
   }
