@@ -5,13 +5,15 @@
 - :func:`actor_critic_cartpole`: a small PPO actor-critic (clipped policy loss, a critic
   regressed on the normalised returns) on the same CartPole, with the same normalizers plus
   a per-episode z-score.
+- :func:`summarize_returns`: a training run's episode returns read as learning-speed metrics
+  (area under the curve, episodes to a solving trailing mean, late spread).
 - :func:`train_bandit`: a softmax policy over discrete outputs trained by GRPO-family
   advantages on a contextual bandit (user groups or prompts), with exact expected rewards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ __all__ = [
     "actor_critic_cartpole",
     "normalize_returns",
     "reinforce_cartpole",
+    "summarize_returns",
     "train_bandit",
 ]
 
@@ -62,6 +65,31 @@ def normalize_returns(
     if normalize.startswith("kalman"):
         return kalman(g)
     raise ValueError(f"Unknown normalization {normalize!r}; expected one of {NORMALIZATIONS}.")
+
+
+def summarize_returns(
+    returns: Sequence[float], solve: float = 475.0, window: int = 8
+) -> dict[str, float]:
+    """A training run's episode returns (in order) as learning-speed metrics.
+
+    Returns:
+        ``"auc"`` (the mean return: the area under the return curve per episode),
+        ``"episodes_to_475"`` (the episode ending the first ``window``-episode trailing mean
+        at or above ``solve``; the number of episodes when never reached), ``"solved"``
+        (1.0 if it was reached, else 0.0), ``"final"`` (the mean return of the last 10% of
+        episodes) and ``"late_sd"`` (the sd of the returns over the second half).
+    """
+    arr = np.asarray(returns, dtype=float)
+    trailing = np.convolve(arr, np.ones(window) / window, "valid")
+    hit = np.flatnonzero(trailing >= solve)
+    tail = max(1, len(arr) // 10)
+    return {
+        "auc": float(arr.mean()),
+        "episodes_to_475": float(hit[0] + window if hit.size else len(arr)),
+        "solved": float(hit.size > 0),
+        "final": float(arr[-tail:].mean()),
+        "late_sd": float(arr[len(arr) // 2 :].std()),
+    }
 
 
 #: The return normalizations :func:`reinforce_cartpole` offers (no per-episode z-score).

@@ -7,16 +7,19 @@ import math
 import pytest
 import torch
 
-from normlab.claims.catalogue.kalman_reward import ARMS, CLAIM, _summarize
+from normlab.claims import get_claim
 from normlab.rl import KalmanRewardNormalizer, RunningRewardNormalizer
-from normlab.training.policy import normalize_returns
+from normlab.training.policy import normalize_returns, summarize_returns
+
+CLAIM = get_claim("kalman-reward")
+ARMS = tuple(CLAIM.config("smoke")["search"]["per_arm"])
 
 
 def test_smoke_run_tunes_every_arm_and_checks_pass():
     torch.set_num_threads(1)
     config = CLAIM.config("smoke")
     m = CLAIM.run(config, 0)
-    assert set(m["table"]) == set(ARMS) == set(m["tuning"])
+    assert set(m["table"]) == set(ARMS) == set(m["tuning"]) == set(m["curves"])
     for effect in CLAIM.effects:
         assert math.isfinite(effect.fn(m)), effect.name
     for check in CLAIM.checks:
@@ -25,11 +28,11 @@ def test_smoke_run_tunes_every_arm_and_checks_pass():
 
 def test_summarize_counts_episodes_to_475_and_the_budget_when_unreached():
     rets = [10.0] * 20 + [500.0] * 10
-    s = _summarize(rets)
+    s = summarize_returns(rets)
     assert s["episodes_to_475"] == 28  # the first 8-episode window at >= 475 ends at episode 28
     assert s["solved"] == 1.0
-    assert _summarize([10.0] * 30)["episodes_to_475"] == 30
-    assert _summarize([10.0] * 30)["solved"] == 0.0
+    assert summarize_returns([10.0] * 30)["episodes_to_475"] == 30
+    assert summarize_returns([10.0] * 30)["solved"] == 0.0
     assert s["auc"] == pytest.approx((200 + 5000) / 30)
 
 

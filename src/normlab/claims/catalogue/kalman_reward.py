@@ -3,21 +3,13 @@
 The seed normalises policy-gradient returns with a 1-D Kalman filter
 (:class:`~normlab.rl.KalmanRewardNormalizer`, the paper's per-step eq. 14/16) and reports
 faster convergence and lower training variance than standard normalization on CartPole and
-LunarLander, with an actor-critic (PPO in the public code).
-
-Here a small PPO actor-critic (:func:`~normlab.training.policy.actor_critic_cartpole`: 4-32-2
-policy and 4-32-1 critic, tanh, Adam, gamma 0.99, 5 epochs, clip 0.2, 8 episodes per update)
-trains on gymnasium's numpy-vectorised CartPole-v1 with the returns-to-go standardised per
-episode ("zscore", standard normalization, the named baseline) or Kalman-filtered in the
-paper's per-step form ("kalman"). Both arms get 4 trials, selected per seed on a validation
-run (its own environment and initialisation seed), then retrained on the test seed: zscore
-over the learning rate, Kalman over the learning rate x R (Q fixed at the public code's
-1e-2, so R sets the Q/R ratio and the filter's gain). Metrics of the test run: the area
-under the return curve (mean training return, the primary), the episodes until the 8-episode
-mean return reaches 475 (the paper's metric; the budget when never reached, so it is read
-only when the z-score arm reaches 475: a precondition) and the spread of the late returns.
-The old REINFORCE test bed (returns Kalman-filtered against running mean/std, lr tuned the
-same way) is kept as a secondary.
+LunarLander. Here a small PPO actor-critic
+(:func:`~normlab.training.policy.actor_critic_cartpole`) on CartPole-v1 gets its returns
+z-scored per episode (the baseline) or Kalman-filtered; each arm is tuned on a validation run
+(its own seed) and retrained on the test seed (``setup`` below). The test run's metrics
+(:func:`~normlab.training.policy.summarize_returns`): the area under the return curve (the
+primary), episodes to a mean return of 475 (read only when the z-score arm gets there) and
+the late spread; REINFORCE (Kalman vs running mean/std) is a secondary.
 """
 
 from __future__ import annotations
@@ -27,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from normlab.claims.arms import Trained, run_arms
 from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Check,
@@ -40,34 +33,17 @@ from normlab.claims.core import (
     difference,
     register_claim,
 )
-from normlab.claims.protocol import tune_arms
 from normlab.papers import paper
+from normlab.training.policy import summarize_returns
 
-__all__ = ["ARMS", "CLAIM", "run"]
+__all__ = ["CLAIM", "run"]
 
 #: Actor-critic arms (normalisation of the returns) and REINFORCE arms (secondary).
-AC_ARMS = ("zscore", "kalman")
-RF_ARMS = ("reinforce-running", "reinforce-kalman")
-ARMS = (*AC_ARMS, *RF_ARMS)
+_AC_ARMS = ("zscore", "kalman")
+_RF_ARMS = ("reinforce-running", "reinforce-kalman")
 #: A uniformly random CartPole policy's mean return, what a run that learns nothing scores.
-RANDOM_RETURN = 22.0
+_RANDOM_RETURN = 22.0
 _VAL_SEED = 1_000
-
-
-def _summarize(returns: Sequence[float], solve: float = 475.0, window: int = 8) -> dict:
-    """AUC, episodes to a trailing-mean return of ``solve`` (and whether it was reached),
-    final and late-spread returns."""
-    arr = np.asarray(returns, dtype=float)
-    trailing = np.convolve(arr, np.ones(window) / window, "valid")
-    hit = np.flatnonzero(trailing >= solve)
-    tail = max(1, len(arr) // 10)
-    return {
-        "auc": float(arr.mean()),
-        "episodes_to_475": float(hit[0] + window if hit.size else len(arr)),
-        "solved": float(hit.size > 0),
-        "final": float(arr[-tail:].mean()),
-        "late_sd": float(arr[len(arr) // 2 :].std()),
-    }
 
 
 def _train(arm: str, params: Mapping[str, Any], config: Mapping[str, Any], seed: int):
@@ -77,46 +53,43 @@ def _train(arm: str, params: Mapping[str, Any], config: Mapping[str, Any], seed:
 
     torch.set_num_threads(1)
     seed_everything(seed)
-    q, r = config["q"], params.get("r", config["r"])
     # the filter form (a free setting): the paper's per-step filter or the public code's
     # fresh filter per episode
     kalman = {"per-step": "kalman", "per-episode": "kalman-episode"}[config["filter"]]
-    if arm in AC_ARMS:
-        return actor_critic_cartpole(
-            kalman if arm == "kalman" else arm,
-            lr=params["lr"],
-            episodes=config["episodes"],
-            batch=config["batch"],
-            seed=seed,
-            q=q,
-            r=r,
-        )
-    return reinforce_cartpole(
-        kalman if arm == "reinforce-kalman" else arm.removeprefix("reinforce-"),
+    ac = arm in _AC_ARMS
+    trainer = actor_critic_cartpole if ac else reinforce_cartpole
+    normalize = arm.removeprefix("reinforce-")
+    return trainer(
+        kalman if normalize == "kalman" else normalize,
         lr=params["lr"],
-        episodes=config["rf_episodes"],
+        episodes=config["episodes" if ac else "rf_episodes"],
         batch=config["batch"],
         seed=seed,
-        q=q,
-        r=r,
+        q=config["q"],
+        r=params.get("r", config["r"]),
     )
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Each arm tuned on a validation run (seed + 1000), then trained on the test seed."""
+    """Each arm tuned on a validation run (its training seed + 1000), then trained on the
+    training seed for the test metrics."""
+    curves: list[list[float]] = []
 
-    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, None]:
-        return -_summarize(_train(arm, params, config, _VAL_SEED + seed))["auc"], None
+    def train(arm: str, params: dict[str, Any], training_seed: int) -> Trained:
+        rets = _train(arm, params, config, _VAL_SEED + training_seed)
+        return Trained(-summarize_returns(rets)["auc"], (params, training_seed))
+
+    def test(arm: str, trained: Trained) -> dict[str, float]:
+        params, training_seed = trained.model
+        rets = _train(arm, params, config, training_seed)
+        curves.append(np.asarray(rets).reshape(-1, config["batch"]).mean(1).tolist())
+        return summarize_returns(rets)
 
     # trivial reference: a uniformly random policy's mean return (minus, lower is better)
-    tuned, records = tune_arms(config, evaluate, reference=-RANDOM_RETURN)
-    table: dict[str, dict[str, float]] = {}
-    curves: dict[str, list[float]] = {}
-    for arm, t in tuned.items():
-        rets = _train(arm, t.chosen, config, seed)
-        table[arm] = {**_summarize(rets), **{k: float(v) for k, v in t.chosen.items()}}
-        curves[arm] = np.asarray(rets).reshape(-1, config["batch"]).mean(1).tolist()
-    return {"table": table, "curves": curves, "tuning": records}
+    m = run_arms(config, seed, train, test, reference=-_RANDOM_RETURN)
+    # the engine tests the arms in the table's order
+    m["curves"] = dict(zip(m["table"], curves, strict=True))
+    return m
 
 
 def _check_steady_state(config: Mapping[str, Any]) -> CheckOutcome:
@@ -151,7 +124,7 @@ def _figure(measurements: Sequence[dict[str, Any]]):
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     for ax, arms, title in zip(
-        axes, (AC_ARMS, RF_ARMS), ("actor-critic", "REINFORCE"), strict=True
+        axes, (_AC_ARMS, _RF_ARMS), ("actor-critic", "REINFORCE"), strict=True
     ):
         for i, arm in enumerate(arms):
             curves = np.array([m["curves"][arm] for m in measurements])
@@ -165,8 +138,20 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     return fig
 
 
+def _config(seeds, episodes, batch, extend, zscore, kalman, reinforce_lrs) -> dict[str, Any]:
+    """One scale's config: both test beds train ``episodes`` episodes, Q, R and the filter
+    form are shared, the two REINFORCE arms search the same learning rates."""
+    rf = {"lr": reinforce_lrs}
+    arms = {"zscore": zscore, "kalman": kalman, "reinforce-running": rf, "reinforce-kalman": rf}
+    return {
+        **{"seeds": seeds, "episodes": episodes, "rf_episodes": episodes, "batch": batch},
+        **{"q": 1e-2, "r": 1e-1, "filter": "per-step"},
+        "search": {"per_arm": arms, "extend": extend},
+    }
+
+
 _MARGIN = Margin(10.0, "normlab's choice: 10 return points, ~5% of the baseline's AUC at quick")
-_DIV = {"auc": RANDOM_RETURN}
+_DIV = {"auc": _RANDOM_RETURN}
 
 CLAIM = register_claim(
     Claim(
@@ -228,7 +213,7 @@ CLAIM = register_claim(
                 "baseline_learns",
                 "the z-score actor-critic's mean return over its last 10% of episodes, minus "
                 "a random policy's 22",
-                lambda m: cell(m, "zscore", "final") - RANDOM_RETURN,
+                lambda m: cell(m, "zscore", "final") - _RANDOM_RETURN,
                 direction="greater",
                 margin=Margin(50.0, "normlab's choice: 50 points above random is learning"),
             ),
@@ -296,60 +281,25 @@ CLAIM = register_claim(
         headline="CartPole/LunarLander: Kalman-filtered rewards significantly accelerate "
         "convergence and reduce training variance compared to standard normalization.",
         configs={
-            "smoke": {
-                "seeds": 1,
-                "episodes": 8,
-                "rf_episodes": 8,
-                "batch": 4,
-                "q": 1e-2,
-                "r": 1e-1,
-                "filter": "per-step",
-                "search": {
-                    "per_arm": {
-                        "zscore": {"lr": [1e-2]},
-                        "kalman": {"lr": [1e-2], "r": [1e-1]},
-                        "reinforce-running": {"lr": [1e-2]},
-                        "reinforce-kalman": {"lr": [1e-2]},
-                    },
-                    "extend": 0,
-                },
-            },
-            "quick": {
-                "seeds": 8,
-                "episodes": 160,
-                "rf_episodes": 160,
-                "batch": 8,
-                "q": 1e-2,
-                "r": 1e-1,
-                "filter": "per-step",
-                "search": {
-                    "per_arm": {
-                        "zscore": {"lr": [3e-3, 1e-2, 3e-2, 1e-1]},
-                        "kalman": {"lr": [1e-2, 3e-2], "r": [1e-1, 1.0]},
-                        "reinforce-running": {"lr": [1e-2, 3e-2, 1e-1, 3e-1]},
-                        "reinforce-kalman": {"lr": [1e-2, 3e-2, 1e-1, 3e-1]},
-                    },
-                    "extend": 1,
-                },
-            },
-            "full": {
-                "seeds": 20,
-                "episodes": 1000,
-                "rf_episodes": 1000,
-                "batch": 8,
-                "q": 1e-2,
-                "r": 1e-1,
-                "filter": "per-step",
-                "search": {
-                    "per_arm": {
-                        "zscore": {"lr": [1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]},
-                        "kalman": {"lr": [3e-3, 1e-2, 3e-2], "r": [1e-2, 1e-1]},
-                        "reinforce-running": {"lr": [3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0]},
-                        "reinforce-kalman": {"lr": [3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0]},
-                    },
-                    "extend": 1,
-                },
-            },
+            "smoke": _config(1, 8, 4, 0, {"lr": [1e-2]}, {"lr": [1e-2], "r": [1e-1]}, [1e-2]),
+            "quick": _config(
+                8,
+                160,
+                8,
+                1,
+                {"lr": [3e-3, 1e-2, 3e-2, 1e-1]},
+                {"lr": [1e-2, 3e-2], "r": [1e-1, 1.0]},
+                [1e-2, 3e-2, 1e-1, 3e-1],
+            ),
+            "full": _config(
+                20,
+                1000,
+                8,
+                1,
+                {"lr": [1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]},
+                {"lr": [3e-3, 1e-2, 3e-2], "r": [1e-2, 1e-1]},
+                [3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0],
+            ),
         },
         run=run,
         setup=(
