@@ -7,8 +7,10 @@ import math
 import pytest
 import torch
 
-from normlab.claims.catalogue.stablegrad import CLAIM, TUNED
+from normlab.claims import get_claim
 from normlab.models.pinn import PINN, ResidualCNN, poisson_exact, poisson_loss
+
+CLAIM = get_claim("stablegrad")
 
 
 def _m(adam_deep, sg_deep, adam_shallow=-1.0, adam_acc=0.5, sg_acc=0.5):
@@ -50,7 +52,8 @@ def test_smoke_run_and_checks():
     torch.set_num_threads(1)
     config = CLAIM.config("smoke")
     m = CLAIM.run(config, 0)
-    assert set(m["tuning"]) == set(TUNED)
+    assert set(m["tuning"]) == set(config["search"]["arms"]) == set(m["table"])
+    assert all("lr" in row for row in m["table"].values())
     for effect in CLAIM.effects:
         assert math.isfinite(effect.fn(m)), effect.name
     for check in CLAIM.checks:
