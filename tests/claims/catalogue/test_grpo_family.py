@@ -6,7 +6,11 @@ import math
 
 import torch
 
-from normlab.claims.catalogue.grpo_family import CLAIM, PREF_ARMS, PROXY_ARMS
+from normlab.claims import get_claim
+from normlab.training.bandits import PREFERENCE_METHODS as PREF_ARMS
+
+CLAIM = get_claim("grpo-family")
+PROXY_ARMS = ("grpo", "dr-grpo", "batch-std", "slas")
 
 
 def _table(good: bool) -> dict:

@@ -1,27 +1,22 @@
 """Claim "grpo-family": P-GRPO serves a minority preference group better than GRPO.
 
-Two toy policy-gradient problems over discrete outputs, trained with the GRPO-family
-advantages of :mod:`normlab.rl` (softmax policy ``logits = theta_shared + theta_context``,
-SGD, :func:`~normlab.training.policy.train_bandit`):
+Two toy policy-gradient problems over discrete outputs (:mod:`normlab.training.bandits`),
+trained with the GRPO-family advantages of :mod:`normlab.rl`:
 
-(a) P-GRPO (the primary). Users of a majority (80%) and a minority (20%) preference group
-rate 10 outputs; the minority's ratings are compressed (scale 0.3) and every rating has noise
-0.1. Each prompt's group of 8 responses is rated by users drawn from the population, so
-GRPO's group statistics pool the two preference groups (the exchangeability P-GRPO
-criticises). P-GRPO standardises by each preference group's reward history; its control, the
-paper's own ablation, assigns the preference groups at random. Metric: the minority's exact
-expected true preference (0 worst output, 1 best) at the end of training.
+(a) P-GRPO (the primary): a majority (80%) and a minority (20%) preference group, the
+minority's ratings compressed (scale 0.3), rate each prompt's group of 8 responses, so GRPO's
+group statistics pool the two preference groups (the exchangeability P-GRPO criticises);
+P-GRPO standardises by each preference group's history, its control (the paper's ablation)
+by random groups. Metric: the minority's exact expected true preference at the end.
 
-(b) SLAS (secondary). 8 prompts whose true reward spreads differ (log-uniform scale 0.03-1)
-and a proxy reward adding an exploitable output bias (0.1 x a "length" feature) plus noise;
-GRPO vs Dr. GRPO vs batch-std vs SLAS (gamma 0.5). Metrics: mean true preference, and the
-proxy-true gap (the bias term's expected value).
+(b) SLAS (secondary): prompts with heterogeneous true-reward spreads and a proxy reward with
+an exploitable output bias; GRPO vs Dr. GRPO vs batch-std vs SLAS (gamma 0.5). Metrics:
+mean true preference and the proxy-true gap.
 
-Tuning (the protocol): every arm gets 3 learning rates (a grid per arm, since the advantage
-scales differ: Dr. GRPO's raw differences need rates ~30x larger than the standardised
-methods'), one edge extension at quick, selected per seed on a validation run (the same
-task, its own sampling stream), then retrained on the test stream: (a) on the validation
-run's population reward over training, (b) on its final proxy reward (what a trainer sees).
+Every arm gets 3 learning rates (a grid per arm: Dr. GRPO's raw differences need rates ~30x
+the standardised methods'), selected per seed on a validation stream of the same task ((a)
+the population's reward over training, (b) the final proxy reward: what a trainer sees),
+then retrained on the test stream.
 """
 
 from __future__ import annotations
@@ -32,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from normlab.claims.arms import Trained, run_arms
 from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Check,
@@ -44,156 +40,61 @@ from normlab.claims.core import (
     difference,
     register_claim,
 )
-from normlab.claims.protocol import tune_arms
 from normlab.papers import paper
+from normlab.training.bandits import preference_bandit, proxy_bandit
 
 __all__ = ["CLAIM"]
 
-PREF_ARMS = ("grpo", "p-grpo", "p-grpo-random")
-PROXY_ARMS = ("grpo", "dr-grpo", "batch-std", "slas")
+_PREF_ARMS = ("grpo", "p-grpo", "p-grpo-random")
+_PROXY_ARMS = ("grpo", "dr-grpo", "batch-std", "slas")
 _VAL_STREAM = 50_000
 
 
-def _unit(u: np.ndarray) -> np.ndarray:
-    return (u - u.min(-1, keepdims=True)) / np.ptp(u, axis=-1, keepdims=True)
-
-
-def _preference(
-    arm: str, lr: float, config: Mapping[str, Any], seed: int, stream: int
-) -> dict[str, float]:
-    from normlab.rl import PreferenceGroupAdvantage, advantages
-    from normlab.training.policy import train_bandit
-
-    k, g, n, p_min = config["outputs"], config["group"], config["prompts"], config["p_minority"]
-    steps = config["steps"]
-    u = _unit(np.random.default_rng(10_000 + seed).random((2, k)))
-    scale = np.array([1.0, config["minority_scale"]])
-    state = PreferenceGroupAdvantage()
-    placebo = np.random.default_rng(20_000 + stream)
-
-    def sample(rng):
-        users = (rng.random(n * g) < p_min).astype(np.int64)
-        return users, np.repeat(np.arange(n), g)
-
-    def reward(ctx, out, rng):
-        return scale[ctx] * u[ctx, out] + config["noise"] * rng.standard_normal(len(ctx))
-
-    def advantage(r, groups, ctx):
-        if arm == "grpo":
-            return advantages(r, torch.as_tensor(groups))
-        if arm == "p-grpo":
-            return state(r, ctx)
-        return state(r, (placebo.random(len(ctx)) < p_min).astype(np.int64))
-
-    def evaluate(probs):
-        t = (probs * u).sum(1)
-        return {"majority": float(t[0]), "minority": float(t[1])}
-
-    curve = train_bandit(
-        n_contexts=2,
-        n_outputs=k,
-        steps=steps,
-        lr=lr,
-        sample=sample,
-        reward=reward,
-        advantage=advantage,
-        evaluate=evaluate,
-        seed=stream,
-    )["curve"]
-    tail = curve[-max(1, len(curve) // 10) :]
-    return {
-        "minority_true": float(np.mean([c["minority"] for c in tail])),
-        "majority_true": float(np.mean([c["majority"] for c in tail])),
-        "population_auc": float(
-            np.mean([(1 - p_min) * c["majority"] + p_min * c["minority"] for c in curve])
-        ),
-        "lr": float(lr),
-    }
-
-
-def _proxy(
-    arm: str, lr: float, config: Mapping[str, Any], seed: int, stream: int
-) -> dict[str, float]:
-    from normlab.rl import advantages
-    from normlab.training.policy import train_bandit
-
-    k, g, n, beta = config["outputs"], config["group"], config["prompts"], config["bias"]
-    steps = config["steps"]
-    rng0 = np.random.default_rng(30_000 + seed)
-    u = _unit(rng0.random((n, k)))
-    s = np.exp(rng0.uniform(np.log(config["min_spread"]), 0.0, n))
-    h = _unit(rng0.random(k))
-    ids = np.repeat(np.arange(n), g)
-
-    def reward(ctx, out, rng):
-        noise = config["noise"] * rng.standard_normal(len(ctx))
-        return s[ctx] * u[ctx, out] + beta * h[out] + noise
-
-    def evaluate(probs):
-        gap = beta * (probs * h).sum(1)
-        true = (probs * u).sum(1)
-        return {
-            "true": float(true.mean()),
-            "gap": float(gap.mean()),
-            "proxy": float(((probs * (s[:, None] * u)).sum(1) + gap).mean()),
-        }
-
-    curve = train_bandit(
-        n_contexts=n,
-        n_outputs=k,
-        steps=steps,
-        lr=lr,
-        sample=lambda rng: (ids, ids),
-        reward=reward,
-        advantage=lambda r, groups, ctx: advantages(
-            r, torch.as_tensor(groups), method=arm, gamma=config["gamma"]
-        ),
-        evaluate=evaluate,
-        seed=stream,
-    )["curve"]
-    tail = curve[-max(1, len(curve) // 10) :]
-    out = {key: float(np.mean([c[key] for c in tail])) for key in ("true", "gap", "proxy")}
-    out["gap_gain"] = out["gap"] - curve[0]["gap"]
-    out["lr"] = float(lr)
-    return out
-
-
 def _experiment(arm: str, lr: float, config: Mapping[str, Any], seed: int, stream: int):
-    """One training run of ``arm`` ("a/..." or "b/..."), sampling stream ``stream``."""
+    """One training run of ``arm`` ("a/..." or "b/...") on the task of ``seed``, sampling
+    stream ``stream``."""
     seed_everything(stream)
     part, name = arm.split("/")
-    sub = {**config["preference" if part == "a" else "proxy"], "steps": config["steps"]}
+    run_of = {"lr": lr, "steps": config["steps"], "task_seed": seed, "seed": stream}
     if part == "a":  # the population's shape is top-level: free settings
-        sub |= {k: config[k] for k in ("p_minority", "minority_scale")}
-        return _preference(name, lr, sub, seed, stream)
-    return _proxy(name, lr, sub, seed, stream)
+        population = {k: config[k] for k in ("p_minority", "minority_scale")}
+        return preference_bandit(name, **config["preference"], **population, **run_of)
+    return proxy_bandit(name, **config["proxy"], **run_of)
 
 
 def _diverged(row: Mapping[str, float]) -> bool:
     return not all(np.isfinite(v) for v in row.values())
 
 
-def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Every arm tuned on a validation stream, then trained on the test stream."""
-    torch.set_num_threads(1)
+def _score(arm: str, row: Mapping[str, float]) -> float:
+    """Validation: (a) the population's reward over training, (b) the final proxy reward."""
+    return -row["population_auc"] if arm.startswith("a/") else -row["proxy"]
 
-    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, None]:
-        row = _experiment(arm, params["lr"], config, seed, _VAL_STREAM + seed)
-        score = -row["population_auc"] if arm.startswith("a/") else -row["proxy"]
-        return (score if not _diverged(row) else np.inf), None
+
+def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """Every arm tuned on a validation stream, then trained on the test stream (its training
+    seed), on the task of ``seed``."""
+    torch.set_num_threads(1)
+    budget = {"step": config["steps"], "last": None}
+
+    def train(arm: str, params: dict[str, Any], training_seed: int) -> Trained:
+        row = _experiment(arm, params["lr"], config, seed, _VAL_STREAM + training_seed)
+        bad = budget if _diverged(row) else None
+        return Trained(_score(arm, row), (params["lr"], training_seed), bad)
+
+    def test(arm: str, trained: Trained) -> dict[str, float]:
+        lr, training_seed = trained.model
+        return _experiment(arm, lr, config, seed, training_seed)
 
     def uniform(arm: str) -> float:  # trivial reference: the untrained (uniform) policy
         row = _experiment(arm, 0.0, {**config, "steps": 0}, seed, _VAL_STREAM + seed)
-        return -row["population_auc"] if arm.startswith("a/") else -row["proxy"]
+        return _score(arm, row)
 
-    tuned, records = tune_arms(config, evaluate, reference=uniform)
-    table: dict[str, dict[str, float]] = {}
-    diverged: dict[str, dict[str, Any]] = {}
-    for arm, t in tuned.items():
-        table[arm] = _experiment(arm, t.chosen["lr"], config, seed, seed)
-        if _diverged(table[arm]):
-            diverged[arm] = {"step": config["steps"], "last": None}
-    return {"table": table, "tuning": records, "diverged": diverged}
+    m = run_arms(config, seed, train, test, reference=uniform)
+    for arm, row in m["table"].items():  # a test run that diverged
+        if _diverged(row):
+            m["diverged"].setdefault(arm, budget)
+    return m
 
 
 def _check_trl(config: Mapping[str, Any]) -> CheckOutcome:
@@ -221,8 +122,8 @@ _RAW = [30.0, 100.0, 300.0]
 
 
 def _search(standard: list[float], raw: list[float], extend: int) -> dict[str, Any]:
-    arms = {f"a/{arm}": standard for arm in PREF_ARMS}
-    arms |= {f"b/{arm}": raw if arm == "dr-grpo" else standard for arm in PROXY_ARMS}
+    arms = {f"a/{arm}": standard for arm in _PREF_ARMS}
+    arms |= {f"b/{arm}": raw if arm == "dr-grpo" else standard for arm in _PROXY_ARMS}
     return {"per_arm": {arm: {"lr": list(v)} for arm, v in arms.items()}, "extend": extend}
 
 
@@ -236,12 +137,7 @@ def _prox(name: str, description: str, method: str, metric: str, **kw):
     return difference(name, description, f"b/{method}", "b/grpo", metric, if_diverged=_DIV, **kw)
 
 
-_PREFERENCE = {
-    "outputs": 10,
-    "group": 8,
-    "prompts": 8,
-    "noise": 0.1,
-}
+_PREFERENCE = {"outputs": 10, "group": 8, "prompts": 8, "noise": 0.1}
 #: The preference population: the minority's share of users and rating scale.
 _POPULATION = {"p_minority": 0.2, "minority_scale": 0.3}
 _PROXY = {
