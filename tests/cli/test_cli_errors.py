@@ -86,6 +86,7 @@ def test_unreachable_ray_address_is_one_line_exit_2(address, tmp_path):
     assert done.returncode == 2, done.stderr
     (line,) = error_lines(done.stderr)
     assert line.startswith("normlab report: error:") and "ray start --head" in line
+    assert "HOST:PORT" in line
 
 
 def _wait_for(predicate, what: str) -> None:

@@ -22,6 +22,7 @@ match; a task Ray gives up on is recorded as that task's error and the run goes 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -344,10 +345,16 @@ def code_identity(claim: Claim, *, code: str | None = None) -> dict[str, str]:
     }
 
 
+@functools.cache
+def _worker_identity(claim_id: str, module: str | None) -> tuple[tuple[str, str], ...]:
+    """:func:`code_identity` on this worker, hashed once per claim and worker process."""
+    return tuple(code_identity(_find_claim(claim_id, module)).items())
+
+
 def _identity_mismatch(driver: dict[str, str], claim_id: str, module: str | None) -> str | None:
     """Why this worker must not run the task (its code is not the driver's), or None."""
     try:
-        mine = code_identity(_find_claim(claim_id, module))
+        mine = dict(_worker_identity(claim_id, module))
     except Exception:  # no such claim here: run_task records that failure with its traceback
         return None
     differ = [f"{k} {driver.get(k)} vs {v} here" for k, v in mine.items() if driver.get(k) != v]
@@ -429,10 +436,15 @@ def _reachable(address: str) -> None:
         return
     target = address.removeprefix("ray://")
     host, _, port = target.rpartition(":")
+    if not port.isdigit():
+        raise ConnectionError(
+            f"{address!r} is not a Ray cluster address: expected HOST:PORT, as printed by "
+            "`ray start --head` (e.g. 10.0.0.1:6379), or 'auto' for a cluster on this machine."
+        )
     try:
         with socket.create_connection((host or "127.0.0.1", int(port)), CONNECT_TIMEOUT):
             pass
-    except (OSError, ValueError) as err:
+    except OSError as err:
         raise ConnectionError(
             f"No Ray cluster answers at {address!r} within {CONNECT_TIMEOUT:g} s ({err}). "
             "Start one with `ray start --head` and pass the address it prints (HOST:PORT), "
