@@ -59,3 +59,29 @@ def test_probe_leaves_the_model_unchanged():
 def test_variance_growth_is_the_log_slope():
     profile = DepthProfile(tuple(2.0 * 3.0**i for i in range(5)), (), (), ())
     assert profile.variance_growth == pytest.approx(math.log(3.0))
+
+
+def test_weight_rms_reads_weight_matrices_only():
+    from normlab.probes.depth import weight_rms
+
+    model = TinyGPT(GPTConfig(d_model=16, n_layers=2, n_heads=2, context=8))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.fill_(2.0 if p.dim() >= 2 and "norm" not in name else 100.0)
+    assert weight_rms(model) == pytest.approx(2.0)
+
+
+def test_summary_splits_the_profile_into_depth_halves():
+    p = DepthProfile(
+        variance=(1.0, 2.0, 4.0, 8.0, 16.0),
+        influence=(0.1, 0.2, 0.3, 0.5),
+        angular=(0.0,) * 4,
+        drop_effect=(0.0,) * 4,
+        drop_loss=(0.4, 0.2, 0.1, 0.3),
+    )
+    s = p.summary()
+    assert s["variance_ratio"] == 16.0 and s["variance_growth"] == pytest.approx(math.log(2))
+    assert s["deep_drop_loss"] == pytest.approx(0.2) and s["shallow_drop_loss"] == pytest.approx(
+        0.3
+    )
+    assert s["deep_influence"] == pytest.approx(0.4)

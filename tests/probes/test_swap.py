@@ -77,3 +77,23 @@ def test_pruning_curve_starts_at_zero():
     curve = pruning_curve(model, x, [1, 3], targets=x)
     assert curve.kl[0] == 0.0 and len(curve.kl) == len(curve.loss) == 3
     assert curve.kl[2] > 0
+
+
+def test_random_pruning_orders_are_non_adjacent():
+    import random
+
+    from normlab.probes.swap import random_pruning_order
+
+    rng = random.Random(0)
+    for _ in range(50):
+        order = random_pruning_order(8, 3, rng)
+        assert len(set(order)) == 3 and all(abs(a - b) > 1 for a in order for b in order if a != b)
+    with pytest.raises(ValueError, match="non-adjacent"):
+        random_pruning_order(4, 3, rng)
+
+
+def test_mean_cost_averages_the_loss_increase_over_budgets():
+    from normlab.probes.swap import PruneCurve
+
+    curve = PruneCurve(order=(0, 2), kl=(0.0, 0.1, 0.3), loss=(2.0, 2.5, 3.5))
+    assert curve.mean_cost(1) == pytest.approx(0.5) and curve.mean_cost() == pytest.approx(1.0)

@@ -30,7 +30,7 @@ from normlab._records import Record
 from normlab.probes._runner import as_block_runner
 from normlab.probes.swap import kl_to_base
 
-__all__ = ["DepthProfile", "depth_profile"]
+__all__ = ["DepthProfile", "depth_profile", "weight_rms"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,20 @@ class DepthProfile(Record):
         xm, ym = (n - 1) / 2, sum(y) / n
         num = sum((i - xm) * (v - ym) for i, v in enumerate(y))
         return num / sum((i - xm) ** 2 for i in range(n))
+
+    def summary(self) -> dict[str, float]:
+        """The profile by depth half (blocks ``L // 2`` on are the deep half): the variance
+        growth, the last over the first residual variance, and the mean drop-one-block loss
+        increase (deep and shallow half; needs targets) and influence (deep half)."""
+        half = len(self.influence) // 2
+        deep, shallow = self.drop_loss[half:], self.drop_loss[:half]
+        return {
+            "variance_growth": self.variance_growth,
+            "variance_ratio": self.variance[-1] / self.variance[0],
+            "deep_drop_loss": sum(deep) / len(deep),
+            "shallow_drop_loss": sum(shallow) / len(shallow),
+            "deep_influence": sum(self.influence[half:]) / len(deep),
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "variance_growth": self.variance_growth}
@@ -106,3 +120,12 @@ def depth_profile(
     return DepthProfile(
         variance, tuple(influence), tuple(angular), tuple(effect), tuple(drop_loss), base_loss
     )
+
+
+@torch.no_grad()
+def weight_rms(model: torch.nn.Module) -> float:
+    """Root mean square over the entries of every weight matrix of ``model`` (parameters
+    with at least two dimensions; norm gains excluded): what weight decay shrinks."""
+    mats = [p for n, p in model.named_parameters() if p.dim() >= 2 and "norm" not in n]
+    total = sum(float(p.square().sum()) for p in mats)
+    return (total / sum(p.numel() for p in mats)) ** 0.5

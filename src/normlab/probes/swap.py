@@ -21,6 +21,7 @@ loss) of the pruned model.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,15 @@ import torch.nn.functional as F
 from normlab._records import Record
 from normlab.probes._runner import BlockSubsetRunner, as_block_runner
 
-__all__ = ["PruneCurve", "SwapKL", "kl_to_base", "pruning_curve", "pruning_order", "swap_kl"]
+__all__ = [
+    "PruneCurve",
+    "SwapKL",
+    "kl_to_base",
+    "pruning_curve",
+    "pruning_order",
+    "random_pruning_order",
+    "swap_kl",
+]
 
 
 def kl_to_base(base: torch.Tensor, other: torch.Tensor, *, positions: str = "all") -> float:
@@ -112,6 +121,21 @@ def pruning_order(distances: Sequence[Sequence[float]]) -> list[int]:
     return chosen
 
 
+def random_pruning_order(n_layers: int, length: int, rng: random.Random) -> list[int]:
+    """``length`` distinct, pairwise non-adjacent layers of ``0..n_layers-1`` in random
+    order: the placebo of a :func:`pruning_order` of that length (as the reference rule,
+    never two adjacent layers)."""
+    if length > (n_layers + 1) // 2:
+        raise ValueError(f"{n_layers} layers hold at most {(n_layers + 1) // 2} non-adjacent.")
+    while True:
+        chosen: list[int] = []
+        for i in rng.sample(range(n_layers), n_layers):
+            if all(abs(i - c) > 1 for c in chosen):
+                chosen.append(i)
+            if len(chosen) == length:
+                return chosen
+
+
 @torch.no_grad()
 def swap_kl(model: Any, tokens: torch.Tensor, *, positions: str = "all") -> SwapKL:
     """Replacement and interchange swap-KL for all pairs of blocks of ``model``.
@@ -164,6 +188,12 @@ class PruneCurve(Record):
     order: tuple[int, ...]
     kl: tuple[float, ...]
     loss: tuple[float, ...] = ()
+
+    def mean_cost(self, budget: int | None = None) -> float:
+        """Mean over ``k = 1..budget`` (default: every ``k`` of the curve) of the loss
+        increase with ``k`` layers removed (nats; needs targets)."""
+        budget = len(self.loss) - 1 if budget is None else budget
+        return sum(self.loss[k] - self.loss[0] for k in range(1, budget + 1)) / budget
 
 
 @torch.no_grad()

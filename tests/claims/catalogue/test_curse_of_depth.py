@@ -46,7 +46,7 @@ def _m(wd_drop: float, wd_rms: float = 0.5, dense_shallow: float = 0.3) -> dict:
         "deep_drop_loss": 0.1,
         "shallow_drop_loss": dense_shallow,
         "weight_rms": 1.0,
-        "val_bpb": 3.0,
+        "test_bpb": 3.0,
     }
     table = {v: dict(row) for v in ("dense", *SPARSE)}
     table["weight-decay"].update(

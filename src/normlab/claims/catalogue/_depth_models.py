@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from normlab.claims.arms import Trained
 from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.training.lm import LMTrainConfig, train_lm
 
@@ -20,9 +21,9 @@ __all__ = [
     "VARIANTS",
     "gpt_config",
     "search",
+    "train_arm",
     "train_config",
     "trained",
-    "trial",
 ]
 
 #: Sparser variants of the dense model: (GPTConfig overrides, uses weight decay). The
@@ -126,15 +127,14 @@ def trained(
     return train_lm(gpt_config(config, variant), train_config(config, variant, lr), seed)
 
 
-def trial(
-    config: Mapping[str, Any], seed: int
-) -> Callable[[str, dict[str, Any]], tuple[float, Any]]:
-    """The tuning evaluation of both claims: ``(variant, {"lr": lr}) -> (final validation
-    bits per byte of the trainer's own windows, inf if diverged; (model, log))``."""
+def train_arm(config: Mapping[str, Any]) -> Callable[[str, dict[str, Any], int], Trained]:
+    """The engine's ``train`` of both claims: ``(variant, {"lr": lr}, seed)`` -> the final
+    validation bits per byte of the trainer's own windows (the corpus's "val" split; inf if
+    diverged), the ``(model, log)`` and the divergence record."""
 
-    def evaluate(variant: str, params: dict[str, Any]) -> tuple[float, Any]:
+    def train(variant: str, params: dict[str, Any], seed: int) -> Trained:
         model, log = trained(config, seed, variant, params["lr"])
-        score = math.inf if log.get("diverged") else float(log["val_bpb"][-1])
-        return score, (model, log)
+        val = math.inf if log.get("diverged") else float(log["val_bpb"][-1])
+        return Trained(val, (model, log), log.get("diverged"))
 
-    return evaluate
+    return train

@@ -11,11 +11,20 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import torch
+
 from normlab.claims.core import FreeSetting
-from normlab.data.corpus import VOCAB
+from normlab.data.corpus import VOCAB, corpus, sample_batch
 from normlab.training.lm import LMTrainConfig
 
-__all__ = ["HELD_OUT", "LM_FREE", "UNIFORM_BPB", "lm_free", "lm_train_config"]
+__all__ = [
+    "HELD_OUT",
+    "LM_FREE",
+    "UNIFORM_BPB",
+    "lm_free",
+    "lm_train_config",
+    "test_windows",
+]
 
 #: Bits per byte of the uniform predictor over the vocabulary: what a diverged LM counts as.
 UNIFORM_BPB = math.log2(VOCAB)
@@ -71,3 +80,10 @@ def lm_train_config(config: Mapping[str, Any], lr: float | None = None) -> LMTra
         eval_batches=2,
     )
     return tc if lr is None else replace(tc, lr=float(lr))
+
+
+def test_windows(batch: int, context: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(inputs, targets)`` of ``batch`` windows of the corpus's "test" split, fixed by
+    ``seed``: the text every reported probe reads (disjoint by file from the "val" split the
+    trainer's selection scores)."""
+    return sample_batch(corpus("test"), batch, context, torch.Generator().manual_seed(seed))

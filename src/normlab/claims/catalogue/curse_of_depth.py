@@ -5,26 +5,23 @@ the residual stream's variance, and reports that sparsity-like mechanisms (weigh
 grouped-query attention, mixture-of-experts) lower the output variance and improve layer
 utilisation (32 layers: 39.5 -> 44.1 downstream accuracy with its recipe).
 
-Here a deep, narrow TinyGPT is trained dense (no weight decay) and in three sparser
-variants: weight decay 0.3 (the seed recipe's, at every scale), GQA with one key/value
-head, and a 2-of-4 MoE-lite MLP (same active width); at full scale LayerNorm-Scaling is
-added for reference. Quick scale trains only the dense and weight-decay arms (the report's
-budget affords four runs per seed), so the GQA and MoE effects are declared for full scale
-only. Every arm's learning rate is tuned by the harness over the same grid
-(:data:`~normlab.claims.catalogue._depth_models.LR_GRID`, shared with "swap-kl" so the
-dense trials are trained once), selected on the trainer's validation windows; the probes
-read disjoint validation text.
-Each trained model is probed with :func:`~normlab.probes.depth.depth_profile`: the per-block
-log-variance slope (variance growth) and, as usefulness of the deep layers, the mean
-next-token loss increase when one block of the deeper half is dropped. Each variant is its
-own effect against the dense model; the primary is the seed's payoff for weight decay (the
-first mechanism of its recipe): the deep layers become more useful. Variance damping is a
+Here a deep, narrow TinyGPT is trained dense (no weight decay) and sparser: weight decay
+0.3 (the seed recipe's), GQA with one key/value head, a 2-of-4 MoE-lite MLP (same active
+width); full adds LayerNorm-Scaling for reference. Quick trains only dense and weight decay
+(its budget), so the GQA and MoE effects are full-only. Every arm's lr is tuned by the
+engine over :data:`~normlab.claims.catalogue._depth_models.LR_GRID` (shared with "swap-kl":
+the dense trials are trained once), selected on the trainer's "val" windows; the probes and
+reported bits per byte read the disjoint "test" split. The probe,
+:func:`~normlab.probes.depth.depth_profile`, gives the per-block log-variance slope and the
+usefulness of the deep layers (mean next-token loss increase when one block of the deeper
+half is dropped). Each variant is its own effect against dense; the primary is the recipe's
+first mechanism, weight decay, making the deep layers more useful; variance damping is a
 secondary.
 
-Premises: the dense model shows the curse (dropping one of its deep blocks costs less than
-dropping one of its shallow blocks), and, for the variance effects, its residual variance
-grows with depth. A diverged arm counts as useless deep layers (drop loss 0) and an
-exploding stream (1 ln V per block).
+Premises: the dense model shows the curse (dropping a deep block costs less than dropping a
+shallow one) and, for the variance effects, its residual variance grows with depth. A
+diverged arm counts as useless deep layers (drop loss 0) and an exploding stream (1 ln V
+per block).
 """
 
 from __future__ import annotations
@@ -32,10 +29,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
-from normlab.claims.catalogue._depth_models import SETTINGS, search, trained, trial
-from normlab.claims.catalogue._lm_settings import UNIFORM_BPB, lm_free
+from normlab.claims.arms import Trained, run_arms
+from normlab.claims.catalogue._depth_models import SETTINGS, search, train_arm, trained
+from normlab.claims.catalogue._lm_settings import UNIFORM_BPB, lm_free, test_windows
 from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Claim,
@@ -46,70 +42,39 @@ from normlab.claims.core import (
     cell,
     register_claim,
 )
-from normlab.claims.protocol import tune_arms
-from normlab.data.corpus import corpus, sample_batch
 from normlab.papers import paper
-from normlab.probes.depth import depth_profile
+from normlab.probes.depth import depth_profile, weight_rms
 from normlab.training.lm import evaluate_bpb
 
 __all__ = ["CLAIM"]
 
-SPARSE = ("weight-decay", "gqa", "moe")
-
-
-@torch.no_grad()
-def _weight_rms(model: torch.nn.Module) -> float:
-    """Root mean square over every weight matrix's entries (norm gains excluded)."""
-    mats = [p for n, p in model.named_parameters() if p.dim() >= 2 and "norm" not in n]
-    total = sum(float(p.square().sum()) for p in mats)
-    return (total / sum(p.numel() for p in mats)) ** 0.5
+_SPARSE = ("weight-decay", "gqa", "moe")
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Depth profiles of the dense model and each sparser variant, lr tuned per arm."""
+    """Depth profiles of dense and each sparser variant (lr tuned on validation), on test."""
     seed_everything(seed)
-    generator = torch.Generator().manual_seed(20_000 + seed)
-    x, y = sample_batch(corpus("val"), config["eval_batch"], config["context"], generator)
-    table: dict[str, dict[str, float]] = {}
-    curves: dict[str, Any] = {}
-    diverged: dict[str, Any] = {}
-    tuned, records = tune_arms(  # reference: the uniform byte predictor's 8 bits per byte
-        config, trial(config, seed), ["dense", *config["variants"]], reference=UNIFORM_BPB
-    )
-    for variant, t in tuned.items():
-        model, log = t.result
-        if log.get("diverged"):
-            diverged[variant] = log["diverged"]
+    x, y = test_windows(config["eval_batch"], config["context"], 20_000 + seed)
+    profiles: list[dict[str, Any]] = []  # in the table's order (the placebo arm's own)
+
+    def test(variant: str, t: Trained) -> dict[str, float]:
+        model, log = t.model
         profile = depth_profile(model, x, targets=y)
-        n = len(profile.drop_loss)
-        deep, shallow = profile.drop_loss[n // 2 :], profile.drop_loss[: n // 2]
-        table[variant] = {
-            "val_bpb": evaluate_bpb(model, batches=2, batch=config["eval_batch"], seed=seed),
-            "variance_growth": profile.variance_growth,
-            "variance_ratio": profile.variance[-1] / profile.variance[0],
-            "deep_drop_loss": sum(deep) / len(deep),
-            "shallow_drop_loss": sum(shallow) / len(shallow),
-            "deep_influence": sum(profile.influence[n // 2 :]) / len(deep),
-            "weight_rms": _weight_rms(model),
-            "lr": t.chosen["lr"],
+        profiles.append(profile.to_dict())  # the figure's curves
+        return {
+            "test_bpb": evaluate_bpb(model, "test", 2, config["eval_batch"], seed),
+            **profile.summary(),
+            "weight_rms": weight_rms(model),
             "train_seconds": float(log.get("seconds", 0.0)),
         }
-        curves[variant] = profile.to_dict()
-    if "weight-decay" in table:
-        # the dense model at the weight-decay arm's lr (a trial of the shared grid, cached):
-        # the weight RMS ratio then isolates the decay from the lr choice
-        dense_same_lr, _ = trained(config, seed, "dense", table["weight-decay"]["lr"])
-        table["weight-decay"]["dense_weight_rms_same_lr"] = _weight_rms(dense_same_lr)
-    out = {"table": table, "curves": curves, "tuning": records}
-    return {**out, "diverged": diverged} if diverged else out
 
-
-def _damped(variant: str) -> Any:
-    return lambda m: cell(m, "dense", "variance_growth") - cell(m, variant, "variance_growth")
-
-
-def _useful(variant: str) -> Any:
-    return lambda m: cell(m, variant, "deep_drop_loss") - cell(m, "dense", "deep_drop_loss")
+    arms = ["dense", *config["variants"]]  # reference: the uniform byte predictor's 8 bpb
+    m = run_arms(config, seed, train_arm(config), test, reference=UNIFORM_BPB, arms=arms)
+    if "weight-decay" in m["table"]:
+        # dense at the weight-decay arm's lr (a cached trial): the RMS ratio isolates decay
+        dense_same_lr, _ = trained(config, seed, "dense", m["table"]["weight-decay"]["lr"])
+        m["table"]["weight-decay"]["dense_weight_rms_same_lr"] = weight_rms(dense_same_lr)
+    return {**m, "curves": dict(zip(m["table"], profiles, strict=True))}
 
 
 _VAR_MARGIN = Margin(
@@ -123,68 +88,48 @@ _USE_MARGIN = Margin(
     "spread of a quick TinyGPT's loss",
 )
 _NAMES = {"weight-decay": "weight decay", "gqa": "GQA (1 kv head)", "moe": "MoE-lite (2 of 4)"}
-_DENSE = "dense pre-LN TinyGPT, no weight decay"
 #: A diverged arm: its deep layers are useless and its stream explodes.
 _IF_DIVERGED = {"deep_drop_loss": 0.0, "variance_growth": 1.0}
+#: Effect kind -> (metric, sign of the variant's minus the dense model's, margin, unit, what).
+_KINDS = {
+    "deep_useful": ("deep_drop_loss", 1.0, _USE_MARGIN, "nats", "{} minus dense loss increase "
+                    "from dropping one deep-half block"),
+    "variance_damped": ("variance_growth", -1.0, _VAR_MARGIN, "ln V / block",
+                        "dense minus {} per-block log-variance slope"),
+}  # fmt: skip
 
 
-def _scales(variant: str) -> tuple[str, ...]:
-    """GQA and MoE arms are trained at smoke (code path) and full, not at quick."""
-    return () if variant == "weight-decay" else ("full",)
-
-
-def _variance_effect(variant: str) -> Effect:
+def _effect(kind: str, variant: str) -> Effect:
+    """One variant against dense (GQA and MoE: smoke, the code path, and full, not quick)."""
+    metric, sign, margin, unit, what = _KINDS[kind]
     return Effect(
-        f"variance_damped_{variant.replace('-', '_')}",
-        f"dense minus {_NAMES[variant]} per-block log-variance slope",
-        _damped(variant),
+        f"{kind}_{variant.replace('-', '_')}",
+        what.format(_NAMES[variant]),
+        lambda m: sign * (cell(m, variant, metric) - cell(m, "dense", metric)),
         direction="greater",
-        margin=_VAR_MARGIN,
+        margin=margin,
         baseline="dense",
         method=variant,
-        unit="ln V / block",
+        unit=unit,
         if_diverged=_IF_DIVERGED,
-        scales=_scales(variant),
-    )
-
-
-def _use_effect(variant: str) -> Effect:
-    return Effect(
-        f"deep_useful_{variant.replace('-', '_')}",
-        f"{_NAMES[variant]} minus dense loss increase from dropping one deep-half block",
-        _useful(variant),
-        direction="greater",
-        margin=_USE_MARGIN,
-        baseline="dense",
-        method=variant,
-        unit="nats",
-        if_diverged=_IF_DIVERGED,
-        scales=_scales(variant),
+        scales=() if variant == "weight-decay" else ("full",),
     )
 
 
 def _figure(measurements: Sequence[dict[str, Any]]):
     import matplotlib.pyplot as plt
 
-    m = measurements[0]["curves"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
-    for k, (name, prof) in enumerate(m.items()):
-        ax1.plot(prof["variance"], "o-", color=f"C{k}", label=name, ms=3)
-        ax2.plot(prof["drop_loss"], "o-", color=f"C{k}", label=name, ms=3)
+    for k, (name, prof) in enumerate(measurements[0]["curves"].items()):
+        for ax, key in ((ax1, "variance"), (ax2, "drop_loss")):
+            ax.plot(prof[key], "o-", color=f"C{k}", label=name, ms=3)
+            ax.xaxis.get_major_locator().set_params(integer=True)
     ax1.set(yscale="log", xlabel="residual state", ylabel="output variance (seed 0)")
     ax2.set(xlabel="dropped block", ylabel="loss increase (nats)")
-    for ax in (ax1, ax2):
-        ax.xaxis.get_major_locator().set_params(integer=True)
     ax1.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
-
-_EVAL = {"eval_batch": 16}
-_VARIANCE_EFFECTS = tuple(f"variance_damped_{v.replace('-', '_')}" for v in SPARSE)
-_ARMS = ["dense", *SPARSE]
-#: Quick's arms: the report's budget affords two trials of two arms per seed.
-_QUICK_ARMS = ["dense", "weight-decay"]
 
 CLAIM = register_claim(
     Claim(
@@ -195,11 +140,11 @@ CLAIM = register_claim(
             "removal costs more than the dense model's, and lower residual variance growth "
             "with depth."
         ),
-        primary=_use_effect("weight-decay"),
+        primary=_effect("deep_useful", "weight-decay"),
         secondary=(
-            _use_effect("gqa"),
-            _use_effect("moe"),
-            *(_variance_effect(v) for v in SPARSE),
+            _effect("deep_useful", "gqa"),
+            _effect("deep_useful", "moe"),
+            *(_effect("variance_damped", v) for v in _SPARSE),
         ),
         premises=(
             Premise(
@@ -224,7 +169,7 @@ CLAIM = register_claim(
                     "variance in the baseline (5% per block)",
                 ),
                 unit="ln V / block",
-                gates=_VARIANCE_EFFECTS,
+                gates=tuple(f"variance_damped_{v.replace('-', '_')}" for v in _SPARSE),
             ),
         ),
         free_settings=(
@@ -236,14 +181,13 @@ CLAIM = register_claim(
             "weight_decay": "paper: the recipe's weight decay 0.3 (its code, REFERENCE.md)",
             "variants": "paper: abstract (weight decay, GQA, MoE); quick: weight decay only",
         },
-        # the budget: at 250 steps the dense model trains (3.45-3.70 bpb) and the verdict
-        # was contradicted, at 150 untestable (issue 34)
+        # at 250 steps dense trains (3.45-3.70 bpb), contradicted; at 150 untestable (issue 34)
         decisive="steps",
         preconditions=(
             Precondition(
                 "dense_trained",
-                "the dense model's validation bits per byte",
-                lambda m: cell(m, "dense", "val_bpb"),
+                "the dense model's test bits per byte",
+                lambda m: cell(m, "dense", "test_bpb"),
                 op="<=",
                 threshold=3.8,
                 source="normlab's choice: well below the corpus's byte-unigram entropy "
@@ -271,7 +215,7 @@ CLAIM = register_claim(
             "dense (wd 0) vs weight decay 0.3 (quick and full) vs GQA (1 kv head) and "
             "MoE-lite (2 of 4 experts) (full only), each arm's lr tuned on validation over "
             "{3e-3, 1e-2} (quick, no edge step) or {1e-3, 2e-3, 4e-3} (full, +1 edge step); "
-            "depth probe on disjoint validation text."
+            "depth probe on test text (disjoint from validation)."
         ),
         scale_note=(
             "Quick trains 8 blocks for 150 steps (cut for the report's budget), dense and "
@@ -282,27 +226,18 @@ CLAIM = register_claim(
             "scale, where GQA and MoE are measured too."
         ),
         configs={
-            "smoke": {
-                "seeds": 1,
-                **SETTINGS["smoke"],
-                **_EVAL,
-                "variants": list(SPARSE),
-                "search": search("smoke", _ARMS),
-            },
-            "quick": {
-                "seeds": 5,
-                **SETTINGS["quick"],
-                **_EVAL,
-                "variants": ["weight-decay"],
-                "search": search("quick", _QUICK_ARMS),
-            },
-            "full": {
-                "seeds": 5,
-                **SETTINGS["full"],
-                "eval_batch": 32,
-                "variants": [*SPARSE, "ln-scaling"],
-                "search": search("full", [*_ARMS, "ln-scaling"]),
-            },
+            scale: {
+                "seeds": seeds,
+                **SETTINGS[scale],
+                "eval_batch": batch,
+                "variants": variants,
+                "search": search(scale, ["dense", *variants]),
+            }
+            for scale, seeds, batch, variants in (
+                ("smoke", 1, 16, list(_SPARSE)),
+                ("quick", 5, 16, ["weight-decay"]),  # the budget: two trials of two arms
+                ("full", 5, 32, [*_SPARSE, "ln-scaling"]),
+            )
         },
         run=run,
         figure=_figure,

@@ -7,21 +7,19 @@ shows that they need not agree: the protocol gap changes which layers look safe 
 +11.3/+48.2/+116.5% replacement-guided), while on Llama-3.1-8B the two tie.
 
 Here both protocols (:func:`~normlab.probes.swap.swap_kl`, KL over all positions) are run on
-every block pair of a trained deep TinyGPT (the dense model of "curse-of-depth": the same
-architecture, steps and learning-rate grid, its lr selected on the trainer's validation
-windows exactly as curse-of-depth selects its dense arm, so the trials are trained once and
-shared through the model cache) on one validation batch;
-each protocol's pruning order is built with the reference rule (min-distance score,
-ascending, never adjacent), and the first ``k`` layers of each order are removed for every
-budget ``k`` both orders reach. The removal cost is the next-token loss increase on a
-*held-out* validation batch. The placebo: random non-adjacent orders of the same length.
+every block pair of a trained deep TinyGPT: the dense model of "curse-of-depth" (the same
+architecture, steps and lr grid, its lr selected by the engine on the trainer's "val"
+windows as curse-of-depth selects its dense arm, so the trials are shared through the
+model cache), on one batch of the disjoint "test" split. Each protocol's pruning order
+follows the reference rule (min-distance score, ascending, never adjacent), and the first
+``k`` layers of each order are removed for every budget ``k`` both orders reach; the cost
+is the next-token loss increase on a second test batch. The placebo: random non-adjacent
+orders of the same length.
 
-Premise: the two protocols disagree on this model (Spearman correlation of their pair
-scores below 0.9); where they rank pairs alike, their pruning orders cannot differ enough
-for the comparison to mean anything, and the primary is untestable. (Measured on the quick
-model before this premise: rho 0.96, identical orders in 3 of 5 seeds.) The only search is
-the dense model's learning rate (curse-of-depth's); the probes themselves have nothing to
-tune.
+Premise: the protocols disagree on this model (Spearman correlation of their pair scores
+below 0.9); where they rank pairs alike, their orders cannot differ enough for the
+comparison to mean anything (measured on the quick model before this premise: rho 0.96,
+identical orders in 3 of 5 seeds). The only search is the dense model's lr.
 """
 
 from __future__ import annotations
@@ -30,10 +28,9 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
-from normlab.claims.catalogue._depth_models import SETTINGS, search, trial
-from normlab.claims.catalogue._lm_settings import UNIFORM_BPB, lm_free
+from normlab.claims.arms import Trained, run_arms
+from normlab.claims.catalogue._depth_models import SETTINGS, search, train_arm
+from normlab.claims.catalogue._lm_settings import UNIFORM_BPB, lm_free, test_windows
 from normlab.claims.common import seed_everything, spearman
 from normlab.claims.core import (
     Claim,
@@ -45,89 +42,67 @@ from normlab.claims.core import (
     difference,
     register_claim,
 )
-from normlab.claims.protocol import tune_arms
-from normlab.data.corpus import corpus, sample_batch
 from normlab.papers import paper
-from normlab.probes.swap import pruning_curve, swap_kl
+from normlab.probes.swap import pruning_curve, random_pruning_order, swap_kl
 from normlab.training.lm import evaluate_bpb
 
 __all__ = ["CLAIM"]
 
-PROTOCOLS = ("replacement", "interchange")
-
-
-def _random_order(n_layers: int, length: int, rng: random.Random) -> list[int]:
-    """``length`` distinct, pairwise non-adjacent layers of ``0..n_layers-1`` in random order."""
-    while True:
-        chosen: list[int] = []
-        for i in rng.sample(range(n_layers), n_layers):
-            if all(abs(i - c) > 1 for c in chosen):
-                chosen.append(i)
-            if len(chosen) == length:
-                return chosen
-
-
-def _cost(curve: Any, budget: int) -> float:
-    """Mean over budgets ``k = 1..budget`` of the held-out loss increase (nats)."""
-    return sum(curve.loss[k] - curve.loss[0] for k in range(1, budget + 1)) / budget
+_PROTOCOLS = ("replacement", "interchange")
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Swap-KL on one batch, pruning cost by each order (and random ones) on another."""
+    """Swap-KL of the tuned dense model on one test batch, each order's cost on another."""
     seed_everything(seed)
-    # reference: the uniform byte predictor's 8 bits per byte (the trial's validation unit)
-    tuned, records = tune_arms(config, trial(config, seed), ["dense"], reference=UNIFORM_BPB)
-    model, log = tuned["dense"].result
-    score_x, _ = sample_batch(
-        corpus("val"), config["eval_batch"], config["context"],
-        torch.Generator().manual_seed(30_000 + seed),
-    )  # fmt: skip
-    held_x, held_y = sample_batch(
-        corpus("val"), config["eval_batch"], config["context"],
-        torch.Generator().manual_seed(31_000 + seed),
-    )  # fmt: skip
-    result = swap_kl(model, score_x, positions="all")
-    orders = {p: result.order(p) for p in PROTOCOLS}
-    budget = min(len(o) for o in orders.values())
-    curves = {p: pruning_curve(model, held_x, orders[p][:budget], targets=held_y)
-              for p in PROTOCOLS}  # fmt: skip
-    rng = random.Random(seed)
-    randoms = [
-        pruning_curve(model, held_x, _random_order(result.n_layers, budget, rng), targets=held_y)
-        for _ in range(config["random_orders"])
-    ]
-    table: dict[str, dict[str, float]] = {}
-    for p in PROTOCOLS:
-        c = curves[p]
-        table[p] = {
-            "removal_cost": _cost(c, budget),
-            "cost_remove_1": c.loss[1] - c.loss[0],
-            "cost_remove_max": c.loss[-1] - c.loss[0],
-            "mean_pair_kl": sum(result.pairs(p)) / len(result.pairs(p)),
+    score_x, _ = test_windows(config["eval_batch"], config["context"], 30_000 + seed)
+    held_x, held_y = test_windows(config["eval_batch"], config["context"], 31_000 + seed)
+    probed: dict[str, Any] = {}
+
+    def test(arm: str, t: Trained) -> dict[str, float]:
+        model, _ = t.model
+        result = swap_kl(model, score_x, positions="all")
+        orders = {p: result.order(p) for p in _PROTOCOLS}
+        budget = min(len(o) for o in orders.values())
+
+        def prune(order: list[int]) -> Any:
+            return pruning_curve(model, held_x, order[:budget], targets=held_y)
+
+        rng = random.Random(seed)
+        curves = {p: prune(orders[p]) for p in _PROTOCOLS}
+        randoms = [prune(random_pruning_order(result.n_layers, budget, rng))
+                   for _ in range(config["random_orders"])]  # fmt: skip
+        rows: dict[str, dict[str, float]] = {
+            p: {
+                "removal_cost": c.mean_cost(budget),
+                "cost_remove_1": c.loss[1] - c.loss[0],
+                "cost_remove_max": c.loss[-1] - c.loss[0],
+                "mean_pair_kl": sum(result.pairs(p)) / len(result.pairs(p)),
+                "budget": float(budget),
+            }
+            for p, c in curves.items()
+        }
+        rows["random"] = {
+            "removal_cost": sum(c.mean_cost(budget) for c in randoms) / len(randoms),
             "budget": float(budget),
         }
-    table["random"] = {
-        "removal_cost": sum(_cost(c, budget) for c in randoms) / len(randoms),
-        "budget": float(budget),
-    }
-    table["protocols"] = {
-        "spearman": spearman(result.pairs("replacement"), result.pairs("interchange")),
-        "same_first_layer": float(orders["replacement"][0] == orders["interchange"][0]),
-    }
-    table["model"] = {
-        "val_bpb": evaluate_bpb(model, batches=2, batch=16, seed=seed),
-        "lr": tuned["dense"].chosen["lr"],
-    }
-    out = {
-        "tuning": records,
-        "table": table,
-        "swap": result.to_dict(),
-        "curves": {p: curves[p].to_dict() for p in PROTOCOLS}
-        | {"random": [c.to_dict() for c in randoms]},
-    }
-    if log.get("diverged"):  # the one pruned model diverged: every order prunes that model
-        out["diverged"] = {name: log["diverged"] for name in (*PROTOCOLS, "random")}
-    return out
+        rows["protocols"] = {
+            "spearman": spearman(result.pairs("replacement"), result.pairs("interchange")),
+            "same_first_layer": float(orders["replacement"][0] == orders["interchange"][0]),
+        }
+        probed.update(
+            rows=rows,
+            swap=result.to_dict(),
+            curves={p: c.to_dict() for p, c in curves.items()}
+            | {"random": [c.to_dict() for c in randoms]},
+        )
+        return {"test_bpb": evaluate_bpb(model, "test", batches=2, batch=16, seed=seed)}
+
+    # one arm: the pruned dense model; reference: the uniform byte predictor's 8 bpb
+    m = run_arms(config, seed, train_arm(config), test, reference=UNIFORM_BPB, arms=["dense"])
+    if "dense" in m["diverged"]:  # every order prunes the one diverged model
+        m["diverged"].update({name: m["diverged"]["dense"] for name in (*_PROTOCOLS, "random")})
+    m["table"].update(probed.pop("rows"))
+    return {**m, **probed}
 
 
 def _figure(measurements: Sequence[dict[str, Any]]):
@@ -135,20 +110,18 @@ def _figure(measurements: Sequence[dict[str, Any]]):
 
     m = measurements[0]
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
-    for ax, p in zip(axes[:2], PROTOCOLS, strict=True):
+    for ax, p in zip(axes[:2], _PROTOCOLS, strict=True):
         im = ax.imshow(m["swap"][p], cmap="viridis")
         ax.set(title=f"{p} swap-KL (nats, seed 0)", xlabel="layer j", ylabel="layer i")
         fig.colorbar(im, ax=ax, fraction=0.046)
-    for k, p in enumerate((*PROTOCOLS, "random")):
+    for k, p in enumerate((*_PROTOCOLS, "random")):
         for i, meas in enumerate(measurements):
             curves = meas["curves"][p]
-            for c in curves if isinstance(curves, list) else [curves]:
+            for j, c in enumerate(curves if isinstance(curves, list) else [curves]):
                 loss = [v - c["loss"][0] for v in c["loss"]]
                 axes[2].plot(range(len(loss)), loss, "o-", color=f"C{k}", alpha=0.5, ms=3,
-                             label=f"{p}-guided" if i == 0 else None)  # fmt: skip
-    handles, labels = axes[2].get_legend_handles_labels()
-    unique = dict(zip(labels, handles, strict=True))
-    axes[2].legend(unique.values(), unique.keys(), fontsize=8)
+                             label=f"{p}-guided" if i == j == 0 else None)  # fmt: skip
+    axes[2].legend(fontsize=8)
     axes[2].set(xlabel="layers removed", ylabel="held-out loss increase (nats)")
     axes[2].xaxis.get_major_locator().set_params(integer=True)
     fig.tight_layout()
@@ -162,8 +135,7 @@ _COST_MARGIN = Margin(
     "seed-to-seed loss spread",
 )
 
-#: The pruned model diverged (both trials): no order can be told from another, so every
-#: order's removal cost counts as 0 and each difference as 0.
+#: The pruned model diverged: no order can be told from another, every difference is 0.
 _IF_DIVERGED = {"removal_cost": 0.0}
 
 CLAIM = register_claim(
@@ -187,27 +159,19 @@ CLAIM = register_claim(
             if_diverged=_IF_DIVERGED,
         ),
         secondary=(
-            difference(
-                "interchange_vs_random",
-                "interchange-guided minus random-order held-out loss increase (placebo)",
-                "interchange",
-                "random",
-                "removal_cost",
-                direction="less",
-                margin=_COST_MARGIN,
-                unit="nats",
-                if_diverged=_IF_DIVERGED,
-            ),
-            difference(
-                "replacement_vs_random",
-                "replacement-guided minus random-order held-out loss increase (placebo)",
-                "replacement",
-                "random",
-                "removal_cost",
-                direction="less",
-                margin=_COST_MARGIN,
-                unit="nats",
-                if_diverged=_IF_DIVERGED,
+            *(
+                difference(
+                    f"{p}_vs_random",
+                    f"{p}-guided minus random-order held-out loss increase (placebo)",
+                    p,
+                    "random",
+                    "removal_cost",
+                    direction="less",
+                    margin=_COST_MARGIN,
+                    unit="nats",
+                    if_diverged=_IF_DIVERGED,
+                )
+                for p in ("interchange", "replacement")
             ),
         ),
         premises=(
@@ -230,19 +194,16 @@ CLAIM = register_claim(
             *lm_free(lr="normlab's choice: an untuned trial's rate (the dense lr is tuned)"),
             *lm_free(steps="normlab's choice: curse-of-depth's budget (150 at quick)"),
             *lm_free(eval_batch="normlab's choice: sequences per scoring and held-out batch"),
-            FreeSetting.scaled(
-                "weight_decay", "curse-of-depth's setting, unused: the dense model has none"
-            ),
+            FreeSetting.scaled("weight_decay", "curse-of-depth's setting, unused: dense has none"),
             FreeSetting.scaled("random_orders", "normlab's choice: placebo orders per seed"),
         ),
-        # the premise needs a trained model whose protocols disagree (the seed's gap grows
-        # with training): the budget decides whether the claim is testable at all
+        # the premise needs a trained model whose protocols disagree (the gap grows with it)
         decisive="steps",
         preconditions=(
             Precondition(
                 "model_trained",
-                "the pruned model's validation bits per byte",
-                lambda m: cell(m, "model", "val_bpb"),
+                "the pruned model's test bits per byte",
+                lambda m: cell(m, "dense", "test_bpb"),
                 op="<=",
                 threshold=3.8,
                 source="normlab's choice: well below byte-unigram entropy (about 5 bpb), so "
@@ -254,9 +215,9 @@ CLAIM = register_claim(
         setup=(
             "Trained Pre-LN TinyGPT (8 layers, d=32, 150 steps quick; 12 layers, d=64, 3000 "
             "steps full; the dense model of curse-of-depth, lr selected on validation over "
-            "the same grid); swap-KL over all positions of one validation batch; "
+            "the same grid); swap-KL over all positions of one test batch; "
             "pruning by each protocol's order (min-distance score, never adjacent) and by "
-            "random non-adjacent orders, cost on a held-out batch."
+            "random non-adjacent orders, cost on a second test batch."
         ),
         scale_note=(
             "The seed's gap appears on converged 8B models and grows with training; the "
