@@ -11,15 +11,16 @@ other view, the teacher is an EMA of the student, and the teacher's assignment c
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from torch import nn
 
 from normlab.models.mlp import ClusterHead
-from normlab.ssl import TeacherNorm
+from normlab.ssl import TeacherNorm, cluster_usage, nmi
 from normlab.training.fit import Divergence, fit
 
-__all__ = ["gaussian_mixture", "self_distill"]
+__all__ = ["gaussian_mixture", "score_teacher", "self_distill"]
 
 
 def gaussian_mixture(
@@ -81,3 +82,18 @@ def self_distill(
     opt = torch.optim.Adam(student.parameters(), lr=lr)
     result = fit(student, loss_fn, views, steps, opt, after_step=ema)
     return teacher.eval(), result.diverged
+
+
+def score_teacher(teacher: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    """A teacher's hard cluster assignment of points ``x`` with true labels ``y``.
+
+    Returns:
+        ``"effective_clusters"`` (the exponential of the usage entropy) and
+        ``"usage_entropy"`` of :func:`normlab.ssl.cluster_usage` (hard assignments),
+        ``"nmi"`` with the labels, and ``"prior"`` (each cluster's share of the points).
+    """
+    with torch.no_grad():
+        p = torch.softmax(teacher(x), -1)
+    u = cluster_usage(p, hard=True)
+    row = {"effective_clusters": u.effective_clusters, "usage_entropy": u.entropy}
+    return {**row, "nmi": nmi(y, p.argmax(-1)), "prior": list(u.prior)}

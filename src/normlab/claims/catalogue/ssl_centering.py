@@ -22,8 +22,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
+from normlab.claims.arms import Trained, run_arms
 from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Check,
@@ -37,22 +39,13 @@ from normlab.claims.core import (
     difference,
     register_claim,
 )
-from normlab.claims.protocol import tune_arms
 from normlab.papers import paper
-from normlab.ssl import center_update, centered_teacher, cluster_usage, nmi, prior_normalize
-from normlab.training.distill import gaussian_mixture, self_distill
+from normlab.ssl import center_update, centered_teacher, prior_normalize
+from normlab.training.distill import gaussian_mixture, score_teacher, self_distill
 
 __all__ = ["CLAIM", "run"]
 
-ARMS = ("none", "center", "prior")
-
-
-def _score(teacher: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
-    with torch.no_grad():
-        p = torch.softmax(teacher(x), -1)
-    u = cluster_usage(p, hard=True)
-    row = {"effective_clusters": u.effective_clusters, "usage_entropy": u.entropy}
-    return {**row, "nmi": nmi(y, p.argmax(-1)), "prior": list(u.prior)}
+_ARMS = ("none", "center", "prior")
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -67,9 +60,10 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         separation=config["separation"],
         seed=seed,
     )
-    val, test = slice(n_train, n_train + n_val), slice(n_train + n_val, None)
+    val, test_points = slice(n_train, n_train + n_val), slice(n_train + n_val, None)
+    usage: list[list[float]] = []
 
-    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, tuple]:
+    def train(arm: str, params: dict[str, Any], training_seed: int) -> Trained:
         teacher, div = self_distill(
             x[:n_train],
             clusters=k,
@@ -77,23 +71,20 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
             steps=config["steps"],
             batch=config["batch"],
             lr=params["lr"],
-            seed=seed,
+            seed=training_seed,
         )
-        score = -_score(teacher, x[val], y[val])["nmi"] if div is None else math.inf
-        return score, (teacher, div)
+        score = -score_teacher(teacher, x[val], y[val])["nmi"] if div is None else math.inf
+        return Trained(score, teacher, None if div is None else div.record())
+
+    def test(arm: str, trained: Trained) -> dict[str, float]:
+        row = score_teacher(trained.model, x[test_points], y[test_points])
+        usage.append(row.pop("prior"))
+        return row
 
     # trivial reference: chance, an assignment that carries no label information (NMI 0)
-    tuned, records = tune_arms(config, evaluate, reference=0.0)
-    table, usage, diverged = {}, {}, {}
-    for arm, t in tuned.items():
-        teacher, div = t.result
-        row = _score(teacher, x[test], y[test])
-        usage[arm] = row.pop("prior")
-        table[arm] = {**row, "lr": float(t.chosen["lr"])}
-        if div is not None:
-            diverged[arm] = div.record()
-    out = {"table": table, "usage": usage, "clusters": k, "tuning": records}
-    return {**out, "diverged": diverged}
+    m = run_arms(config, seed, train, test, reference=0.0)
+    # the engine tests the arms in the table's order
+    return {**m, "usage": dict(zip(m["table"], usage, strict=True)), "clusters": k}
 
 
 def _check_formulas(config: Mapping[str, Any]) -> CheckOutcome:
@@ -102,21 +93,14 @@ def _check_formulas(config: Mapping[str, Any]) -> CheckOutcome:
     z = torch.randn(64, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     tau = 0.1
     p = torch.softmax(z / tau, -1)
-    errs = [
-        float(
-            (prior_normalize(p) - (p / p.mean(0)) / (p / p.mean(0)).sum(-1, keepdim=True))
-            .abs()
-            .max()
-        )
-    ]
-    geo = p.log().mean(0).exp()
-    jensen = (p / geo) / (p / geo).sum(-1, keepdim=True)
-    errs.append(float((centered_teacher(z, z.mean(0), temperature=tau) - jensen).abs().max()))
+    by_prior, by_geo = p / p.mean(0), p / p.log().mean(0).exp()
     c = torch.randn(6, dtype=torch.float64)
-    errs.append(
-        float((center_update(c, z, momentum=0.9) - (0.9 * c + 0.1 * z.mean(0))).abs().max())
+    errs = (
+        prior_normalize(p) - by_prior / by_prior.sum(-1, keepdim=True),
+        centered_teacher(z, z.mean(0), temperature=tau) - by_geo / by_geo.sum(-1, keepdim=True),
+        center_update(c, z, momentum=0.9) - (0.9 * c + 0.1 * z.mean(0)),
     )
-    worst = max(errs)
+    worst = max(float(e.abs().max()) for e in errs)
     return CheckOutcome(worst < 1e-12, worst, f"max abs error {worst:.2g} <= 1e-12")
 
 
@@ -125,18 +109,10 @@ def _figure(measurements: Sequence[dict[str, Any]]):
 
     k = measurements[0]["clusters"]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    width = 0.8 / len(ARMS)
-    for j, arm in enumerate(ARMS):
-        mean = [
-            sum(m["usage"][arm][i] for m in measurements) / len(measurements) for i in range(k)
-        ]
-        ax.bar(
-            [i + j * width for i in range(k)],
-            sorted(mean, reverse=True),
-            width,
-            label=f"{arm}",
-            color=f"C{j}",
-        )
+    width = 0.8 / len(_ARMS)
+    for j, arm in enumerate(_ARMS):
+        mean = sorted(np.mean([m["usage"][arm] for m in measurements], 0), reverse=True)
+        ax.bar(np.arange(k) + j * width, mean, width, label=arm, color=f"C{j}")
     ax.axhline(1 / k, color="k", lw=0.5)
     ax.set_xlabel("cluster (sorted by usage)")
     ax.set_ylabel("share of test points (mean over seeds)")
@@ -146,7 +122,6 @@ def _figure(measurements: Sequence[dict[str, Any]]):
 
 
 _COMMON = {"dim": 16, "separation": 3.0, "batch": 128}
-_ARMS = list(ARMS)
 _MORE = Margin(1.0, "normlab's choice: at least one more cluster in use")
 
 CLAIM = register_claim(
@@ -278,7 +253,7 @@ CLAIM = register_claim(
                 "test_points": 128,
                 "steps": 20,
                 "batch": 64,
-                "search": {"arms": _ARMS, "space": {"lr": [1e-3]}, "extend": 0},
+                "search": {"arms": list(_ARMS), "space": {"lr": [1e-3]}, "extend": 0},
             },
             "quick": {
                 "seeds": 5,
@@ -288,7 +263,7 @@ CLAIM = register_claim(
                 "val_points": 500,
                 "test_points": 1000,
                 "steps": 300,
-                "search": {"arms": _ARMS, "space": {"lr": [1e-3, 3e-3]}},
+                "search": {"arms": list(_ARMS), "space": {"lr": [1e-3, 3e-3]}},
             },
             "full": {
                 "seeds": 10,
@@ -298,7 +273,7 @@ CLAIM = register_claim(
                 "val_points": 2000,
                 "test_points": 5000,
                 "steps": 5000,
-                "search": {"arms": _ARMS, "space": {"lr": [3e-4, 1e-3, 3e-3]}},
+                "search": {"arms": list(_ARMS), "space": {"lr": [3e-4, 1e-3, 3e-3]}},
             },
         },
         run=run,
