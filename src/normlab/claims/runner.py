@@ -54,7 +54,7 @@ from normlab.claims.tasks import (
     usable,
 )
 
-__all__ = ["CONNECT_TIMEOUT", "ClaimRunner", "code_identity"]
+__all__ = ["CONNECT_TIMEOUT", "ClaimRunner", "code_identity", "run_checked_task"]
 
 
 def _writable(out: Path) -> None:
