@@ -7,8 +7,10 @@ import math
 import pytest
 import torch
 
-from normlab.claims.catalogue.wne import CLAIM
+from normlab.claims import get_claim
 from normlab.models.denoise import DenoiseCNN, psnr, synthetic_scenes
+
+CLAIM = get_claim("wne")
 
 
 def _m(plain50, wne50, plain15=30.0, wne15=30.0, noisy15=24.6, noisy50=14.1):
