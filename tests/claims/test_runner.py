@@ -408,3 +408,14 @@ def test_robustness_also_rejudges_a_margin_of_normlabs_choice(tmp_path, planted)
     assert margins == {0.25: "supported", 1.0: "inconclusive"}
     (plain,) = ClaimRunner(tmp_path, jobs=1).run([claim], "quick")
     assert plain.verdict.robustness == ()  # not asked for: nothing, not even the margin
+
+
+def test_a_workers_code_identity_includes_the_numeric_libraries(monkeypatch):
+    from normlab.claims import runner, tasks
+    from normlab.claims.core import get_claim
+
+    claim = get_claim("affine-rank")
+    before = runner.code_identity(claim)
+    assert before["library numpy"] == tasks.library_versions()["numpy"]
+    monkeypatch.setattr(runner, "library_versions", lambda: {"numpy": "0.0.1"})
+    assert runner.code_identity(claim)["library numpy"] != before["library numpy"]

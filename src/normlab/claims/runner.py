@@ -48,6 +48,7 @@ from normlab.claims.tasks import (
     TaskResult,
     _find_claim,
     claim_modules,
+    library_versions,
     reusable,
     run_task,
     task_key,
@@ -331,17 +332,20 @@ def code_identity(claim: Claim, *, code: str | None = None) -> dict[str, str]:
 
     Returns:
         normlab's version, the hash of the source of every normlab module the claim uses,
-        and the torch and Python versions.
+        the torch and Python versions, and those of the libraries that can change numbers
+        (:func:`~normlab.claims.tasks.library_versions`).
     """
     import torch
 
     from normlab import __version__
 
+    libraries = library_versions()
     return {
         "normlab": __version__,
         "source": code or closure_hash(claim_modules(claim)),
         "torch": torch.__version__,
         "python": platform.python_version(),
+        **{f"library {name}": version for name, version in libraries.items()},
     }
 
 
