@@ -7,7 +7,10 @@ import math
 
 import torch
 
-from normlab.claims.catalogue.cdflow import CLAIM, MIXINGS
+from normlab.claims import get_claim
+from normlab.flows import MIXINGS
+
+CLAIM = get_claim("cdflow")
 
 
 def _table(dense_slope: float, cd_slope: float, cd_nll: float, lu_nll: float) -> dict:

@@ -4,29 +4,26 @@ CDFlow (``paper("cdflow")``) replaces a flow's dense invertible linear layer by
 ``W = D_1 C_1 ... C_{m-1} D_m`` (:mod:`normlab.flows.circulant`): ``O(mn)`` parameters,
 log-det in ``O(mn)`` and inverse in ``O(mn log n)`` instead of ``O(n^3)``. Two parts:
 
-(a) density estimation (the primary): flows of the same depth (ActNorm -> mixing -> affine
-    coupling, zuko parts) whose mixing is CD-linear, zuko's LU-linear (the baseline) or
-    absent (a control, digits only), on two moons (2D) and dequantized 8x8 digits (64D);
-    each arm's Adam learning rate is tuned (the protocol: same grid, selected on a
-    validation split carved from the training points); test NLL in nats per dimension,
-    with the parameter counts. The primary is non-inferiority against LU on both data sets
-    (an intersection-union test: no worse on each);
-(b) wall-clock time of ``log|det W|`` and ``W^{-1} y`` for ``n`` from 64 to 1024 (quick) or
-    8192 (full) against dense ``torch.linalg.slogdet`` / ``torch.linalg.solve`` on the same
-    (materialised) matrix; the fitted log-log slopes give the scaling exponents (secondary: true by
-    construction of the algorithms, measured to show the constants; a timing, so the claim
-    runs alone).
+(a) density estimation (the primary): flows of the same depth
+    (:func:`~normlab.training.flows.train_flow`) whose mixing is CD-linear, zuko's
+    LU-linear (the baseline) or absent (a control, digits only), on two moons and 8x8
+    digits; each arm's lr tuned on a validation split; the primary is non-inferiority of
+    the test NLL against LU on both data sets (an intersection-union test);
+(b) wall-clock time of ``log|det W|`` and ``W^{-1} y`` against dense linear algebra
+    (:func:`~normlab.flows.timing.cd_operation_times`); the fitted log-log slopes give the
+    scaling exponents (secondary: true by construction, measured to show the constants; a
+    timing, so the claim runs alone).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
+from normlab.claims.arms import Trained, run_arms
 from normlab.claims.common import loglog_slope, seed_everything
 from normlab.claims.core import (
     Check,
@@ -40,58 +37,16 @@ from normlab.claims.core import (
     difference,
     register_claim,
 )
-from normlab.claims.protocol import tune_arms
 from normlab.data.toy import digits, standardize, two_moons
-from normlab.flows import (
-    CirculantDiagonalLinear,
-    cd_inverse,
-    cd_logabsdet,
-    cdflow,
-    initialize_actnorm,
-    mixing_parameters,
-)
+from normlab.flows import MIXINGS, CirculantDiagonalLinear, cdflow, initialize_actnorm
+from normlab.flows.timing import OPERATIONS, cd_operation_times
 from normlab.papers import paper
-from normlab.training.fit import fit
+from normlab.training.flows import train_flow
 
 __all__ = ["CLAIM", "run"]
 
-MIXINGS = ("circulant", "lu", "none")
-
-
-def _best_time(fn, min_total: float = 2e-3, repeats: int = 3) -> float:
-    """Seconds per call: the best of ``repeats`` timings of enough calls to last ``min_total``."""
-    fn()
-    calls, start = 1, time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - start, 1e-7)
-    calls = max(1, int(min_total / once))
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best
-
-
-@torch.no_grad()
-def _time_operations(n: int, seed: int) -> dict[str, float]:
-    """Seconds for CD vs dense log-det and inverse of one ``n x n`` layer (float64)."""
-    torch.manual_seed(seed)
-    layer = CirculantDiagonalLinear(n, m=2, init_std=0.1, dtype=torch.float64)
-    d, c = layer.diagonals.detach(), layer.columns.detach()
-    dense = layer.matrix()
-    y = torch.randn(1, n, dtype=torch.float64)
-    return {
-        "cd_logdet": _best_time(lambda: cd_logabsdet(d, c)),
-        "dense_logdet": _best_time(lambda: torch.linalg.slogdet(dense)),
-        "cd_inverse": _best_time(lambda: cd_inverse(y, d, c)),
-        "dense_inverse": _best_time(lambda: torch.linalg.solve(dense, y.T)),
-    }
-
-
 #: nats/dim of the standard normal on standardized data: what a diverged flow counts as.
-GAUSSIAN_NLL = 0.5 * math.log(2 * math.pi * math.e)
+_GAUSSIAN_NLL = 0.5 * math.log(2 * math.pi * math.e)
 
 
 def _data(name: str, config: Mapping[str, Any], g: torch.Generator):
@@ -104,37 +59,6 @@ def _data(name: str, config: Mapping[str, Any], g: torch.Generator):
     return train[:cut], train[cut:], test
 
 
-def _train_flow(mixing: str, lr: float, splits, config: Mapping[str, Any], seed: int) -> dict:
-    train, val, test = splits
-    torch.manual_seed(seed)
-    flow = cdflow(
-        train.shape[1], steps=config["flow_steps"], mixing=mixing, hidden=tuple(config["hidden"])
-    )
-    initialize_actnorm(flow, train[:512])
-    g = torch.Generator().manual_seed(seed)
-    result = fit(
-        flow,
-        lambda f, batch: -f().log_prob(batch).mean(),
-        lambda step: train[torch.randint(0, len(train), (config["batch"],), generator=g)],
-        config["train_steps"],
-        torch.optim.Adam(flow.parameters(), lr=lr),
-    )
-    with torch.no_grad():
-        dim = train.shape[1]
-        val_nll = -flow().log_prob(val).mean().item() / dim
-        test_nll = -flow().log_prob(test).mean().item() / dim
-    if result.diverged is not None or not math.isfinite(val_nll + test_nll):
-        val_nll = test_nll = math.inf
-    return {
-        "val_nll": val_nll,
-        "test_nll": test_nll,
-        "mixing_params": float(mixing_parameters(flow)),
-        "params": float(sum(p.numel() for p in flow.parameters())),
-        "lr": lr,
-        "diverged": result.diverged.record() if result.diverged else None,
-    }
-
-
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """Flow NLLs per data set and mixing, each arm's lr tuned on validation (a); timings and
     slopes (b)."""
@@ -143,44 +67,40 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     g = torch.Generator().manual_seed(seed)
     # both data sets, always: every effect reads both (the arms are fixed in _ARMS)
     data = {name: _data(name, config, g) for name in ("moons", "digits")}
-    table: dict[str, dict[str, float]] = {}
-    for name, (_, _, test) in data.items():
-        gauss = -torch.distributions.Normal(0.0, 1.0).log_prob(test).mean().item()
-        table[f"{name}-gaussian"] = {"test_nll": gauss}
+    base = torch.distributions.Normal(0.0, 1.0)
+    flow = {k: config[k] for k in ("flow_steps", "hidden", "batch")}
 
-    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, dict]:
+    def train(arm: str, params: dict[str, Any], training_seed: int) -> Trained:
         name, mixing = arm.split("-", 1)
-        out = _train_flow(mixing, params["lr"], data[name], config, seed)
-        return out["val_nll"], out
+        out = train_flow(
+            *data[name],
+            mixing=mixing,
+            lr=params["lr"],
+            steps=config["train_steps"],
+            seed=training_seed,
+            **flow,
+        )
+        diverged = out.pop("diverged")
+        return Trained(out["val_nll"], out, diverged)
+
+    def test(arm: str, trained: Trained) -> dict[str, float | None]:
+        return {k: (v if math.isfinite(v) else None) for k, v in trained.model.items()}
 
     # trivial reference: the base density alone (the flow at identity), standard normal
-    base = torch.distributions.Normal(0.0, 1.0)
     ref = {name: -base.log_prob(val).mean().item() for name, (_, val, _) in data.items()}
-    tuned, records = tune_arms(config, evaluate, reference=lambda a: ref[a.split("-")[0]])
-    diverged = {}
-    for arm, t in tuned.items():
-        row = dict(t.result)
-        if row.pop("diverged") is not None or not math.isfinite(row["test_nll"]):
-            diverged[arm] = {"step": config["train_steps"], "last": None}
-        table[arm] = {k: (v if math.isfinite(v) else None) for k, v in row.items()}
+    m = run_arms(config, seed, train, test, reference=lambda a: ref[a.split("-")[0]])
+    for name, (_, _, test_points) in data.items():
+        m["table"][f"{name}-gaussian"] = {"test_nll": -base.log_prob(test_points).mean().item()}
     sizes = list(config["sizes"])
-    times = [_time_operations(n, seed) for n in sizes]
-    table["timing"] = {
-        f"{op}_slope": loglog_slope(sizes, [t[op] for t in times])
-        for op in ("cd_logdet", "dense_logdet", "cd_inverse", "dense_inverse")
+    times = [cd_operation_times(n, seed) for n in sizes]
+    m["table"]["timing"] = {
+        f"{op}_slope": loglog_slope(sizes, [t[op] for t in times]) for op in OPERATIONS
     }
-    curves = {"sizes": sizes, "times": times}
-    return {"table": table, "curves": curves, "tuning": records, "diverged": diverged}
+    return {**m, "curves": {"sizes": sizes, "times": times}}
 
 
 def _gap(m: Mapping[str, Any], op: str) -> float:
     return cell(m, "timing", f"dense_{op}_slope") - cell(m, "timing", f"cd_{op}_slope")
-
-
-def _nll_gap(data: str, method: str, baseline: str):
-    return lambda m: (
-        cell(m, f"{data}-{method}", "test_nll") - cell(m, f"{data}-{baseline}", "test_nll")
-    )
 
 
 def _check_logdet(config: Mapping[str, Any]) -> CheckOutcome:
@@ -228,7 +148,7 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for k, m in enumerate(measurements):
         sizes = m["curves"]["sizes"]
-        for j, op in enumerate(("cd_logdet", "dense_logdet", "cd_inverse", "dense_inverse")):
+        for j, op in enumerate(OPERATIONS):
             ax.loglog(
                 sizes,
                 [t[op] for t in m["curves"]["times"]],
@@ -245,7 +165,7 @@ def _figure(measurements: Sequence[dict[str, Any]]):
 
 
 _FLOW = {"flow_steps": 4, "hidden": (64, 64), "batch": 128, "moons_train": 4000}
-_DIV = {"test_nll": GAUSSIAN_NLL}
+_DIV = {"test_nll": _GAUSSIAN_NLL}
 #: Every trained arm; no effect reads a moons flow without mixing, so none is trained.
 _ARMS = [f"{d}-{m}" for d in ("moons", "digits") for m in MIXINGS if (d, m) != ("moons", "none")]
 
@@ -294,7 +214,7 @@ def _learns(data: str, gates: tuple[str, ...]) -> Premise:
     return Premise(
         f"{data}_lu_flow_learns",
         f"{data}: Gaussian NLL minus LU-flow NLL (nats/dim)",
-        _nll_gap(data, "gaussian", "lu"),
+        lambda m: cell(m, f"{data}-gaussian", "test_nll") - cell(m, f"{data}-lu", "test_nll"),
         direction="greater",
         margin=Margin(
             0.1,
