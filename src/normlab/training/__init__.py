@@ -5,6 +5,7 @@
   :class:`~normlab.training.fit.Divergence` (step, last finite loss), never raised.
 - :mod:`~normlab.training.lm`: TinyGPT on the byte corpus, with a shared trained-model cache.
 - :mod:`~normlab.training.classifier`: cross-entropy classifiers on in-memory tensors.
+- :mod:`~normlab.training.macro`: norm-free TinyGPT under MACRO or AdamW, its scale probed.
 - :mod:`~normlab.training.forecast`: a reversible normalizer around a forecasting backbone.
 - :mod:`~normlab.training.norin`: NoRIN's shape selection around the forecasting trainer.
 - :mod:`~normlab.training.policy`: REINFORCE, PPO and bandit policy gradients (RL claims).

@@ -6,9 +6,8 @@ import math
 
 import pytest
 import torch
-from torch import nn
 
-from normlab.claims.catalogue.macro import CLAIM, _build
+from normlab.claims.catalogue.macro import CLAIM
 
 
 def _m(macro_bpb, base_bpb, macro_growth=0.0, control_growth=1.0):
@@ -39,17 +38,6 @@ def test_search_is_decoupled_with_equal_trials():
     spaces = searches(CLAIM.config("quick"))
     assert set(spaces["nonorm-macro"].space) == {"lr", "macro_lr"}
     assert len({s.trials for s in spaces.values()}) == 1
-
-
-def test_nonorm_arm_has_no_norm():
-    cfg = {"d_model": 16, "n_layers": 1, "n_heads": 2, "context": 8}
-    model = _build("nonorm-macro", cfg, 0)
-    assert isinstance(model.norm_f, nn.Identity)
-
-    def norms(m):
-        return [x for x in m.modules() if type(x).__name__ in ("RMSNorm", "LayerNorm")]
-
-    assert not norms(model) and len(norms(_build("rmsnorm-adamw", cfg, 0))) == 3
 
 
 def test_smoke_run_and_checks():
