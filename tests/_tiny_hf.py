@@ -211,3 +211,79 @@ def save_with_tokenizer(family: str, folder, *, seed: int = 0, layers: int = 2) 
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model
+
+
+# --- tokenizers trained on a tiny corpus with the `tokenizers` library (issue 38) ---
+
+CORPUS = [
+    "the quick brown fox jumps over the lazy dog",
+    "normalization layers keep activations in a useful range",
+    "folding a layer norm into the next linear layer is exact",
+    "attention sinks collect probability mass on the first token",
+    "a tiny corpus is enough to train a tiny tokenizer",
+] * 4
+
+
+def trained_tokenizer(kind: str, vocab_size: int = 120):
+    """A fast tokenizer trained on :data:`CORPUS`: "bpe" (byte-level, GPT-2 style),
+    "wordpiece" (BERT), "unigram" (SentencePiece-style Metaspace, T5)."""
+    import transformers as tf
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
+
+    if kind == "bpe":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size + 256,
+            special_tokens=["<|endoftext|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
+        tok.train_from_iterator(CORPUS, trainer)
+        end = "<|endoftext|>"
+        return tf.GPT2TokenizerFast(
+            tokenizer_object=tok, bos_token=end, eos_token=end, unk_token=end
+        )
+    if kind == "wordpiece":
+        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        tok.train_from_iterator(
+            CORPUS, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials)
+        )
+        cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B [SEP]",
+            special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+        )
+        return tf.BertTokenizerFast(tokenizer_object=tok)
+    if kind == "unigram":
+        specials = ["<pad>", "</s>", "<unk>"]
+        tok = Tokenizer(models.Unigram())
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        tok.train_from_iterator(
+            CORPUS,
+            trainers.UnigramTrainer(
+                vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>"
+            ),
+        )
+        eos = tok.token_to_id("</s>")
+        tok.post_processor = processors.TemplateProcessing(
+            single="$A </s>", special_tokens=[("</s>", eos)]
+        )
+        return tf.PreTrainedTokenizerFast(
+            tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+        )
+    raise ValueError(kind)

@@ -203,3 +203,81 @@ def test_save_and_load_at_the_top_level_for_tinygpt(tmp_path):
     assert loaded.normlab_kind == "normlab"
     with torch.no_grad():
         assert torch.equal(loaded(x), model(x))
+
+
+# --- issue 38: trained tokenizers beside four families; issue 36 item 17: plain round trip ---
+
+TRAINED = [("gpt2", "bpe"), ("bert", "wordpiece"), ("t5", "unigram"), ("qwen2", "bpe")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("family", "kind"), TRAINED)
+def test_trained_tokenizer_folders_probe_fold_and_probe_again(family, kind, tmp_path, capsys):
+    from normlab.cli import main
+    from tests._tiny_hf import trained_tokenizer
+
+    tokenizer = trained_tokenizer(kind)
+    src, folded = tmp_path / "src", tmp_path / "folded"
+    model = build(family, vocab_size=max(61, len(tokenizer)))
+    model.save_pretrained(src)
+    tokenizer.save_pretrained(src)
+    assert (src / "tokenizer.json").is_file()
+    code = main(["probe", str(src), "--out", str(tmp_path / "p1"), "--no-progress"])
+    assert code == 0, capsys.readouterr()
+    code = main(["fold", str(src), str(folded)])
+    text = capsys.readouterr().out
+    if family == "bert":  # post-LN: nothing foldable, refused with the reasons
+        assert code == 2 and "post-LN" in text
+        return
+    assert code == 0 and "norm gain(s)" in text, text
+    assert (folded / "tokenizer.json").is_file()
+    loaded, _ = load_model(folded)
+    batch = builtin_batch(loaded, folded, batch=2, tokens=16)
+    assert batch.source == "tokenizer"
+    code = main(["probe", str(folded), "--out", str(tmp_path / "p2"), "--no-progress"])
+    assert code == 0
+    assert main(["fold", str(folded), str(tmp_path / "again")]) == 2
+    assert "already folded" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2"])
+def test_gain_folded_llama_style_model_is_plain_and_marked(family, tmp_path):
+    model = build(family)
+    x = tokens()
+    expected = fold_rms_gains(model, {"input_ids": x})
+    assert expected.folded
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").is_file()
+    assert (tmp_path / "generation_config.json").is_file()
+    cls = getattr(transformers, type(model).__name__)
+    plain = cls.from_pretrained(tmp_path).eval()  # no custom code, no trust_remote_code
+    assert torch.equal(_out(plain, x), _out(model, x))
+    assert plain.config.normlab_folded == ["fold_rms_gains"]
+    with pytest.raises(ValueError, match="already folded"):
+        fold_rms_gains(plain, {"input_ids": x})
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma", "qwen3"])
+def test_export_plain_puts_the_family_norm_back(family, tmp_path):
+    from normlab.surgery.hf_plain import export_plain
+
+    model = build(family)
+    x = tokens()
+    replace_norms(model, "rmsnorm", copy_affine=family != "gemma")
+    export_plain(model, tmp_path)
+    assert (tmp_path / "model.safetensors").is_file()
+    assert not (tmp_path / "normlab.safetensors").exists()
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert "auto_map" not in config and config["model_type"] == family
+    plain = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    want, got = _out(model, x), _out(plain, x)
+    assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
+
+
+def test_export_plain_refuses_a_model_without_a_plain_equivalent(tmp_path):
+    from normlab.surgery.hf_plain import export_plain
+
+    model = build("gpt2")
+    fold_layernorms(model, {"input_ids": tokens()})
+    with pytest.raises(ValueError, match="Cannot export GPT2LMHeadModel as plain files"):
+        export_plain(model, tmp_path)

@@ -58,12 +58,16 @@ def _record(family: str, **values) -> None:
     out = os.environ.get("NORMLAB_COVERAGE_OUT")
     if out:
         with open(out, "w") as f:
-            json.dump(RESULTS, f, indent=1, sort_keys=True)
+            json.dump(RESULTS, f, indent=1)
 
 
 @torch.no_grad()
 def _logits(model, x) -> torch.Tensor:
     return model(**x).logits.double()
+
+
+def _numel(model, name: str) -> int:
+    return model.get_submodule(name).weight.numel()
 
 
 def _fold(model, x):
@@ -88,7 +92,7 @@ def test_fold_fp32_exact_with_refusals_and_no_second_fold(family):
     assert change <= FP32_RELATIVE * scale
     for check in (ln.check, gains.check):
         assert check is None or check.passed
-    refused = {k: " ".join(v) for k, v in ln.analysis.refused.items()} | dict(gains.refused)
+    refused = {k: "; ".join(v) for k, v in ln.analysis.refused.items()} | dict(gains.refused)
     for word in reasons:
         assert any(word in why for why in refused.values()), (word, refused)
     if family == "qwen3_moe":  # the router reads the normed stream too
@@ -111,7 +115,7 @@ def test_fold_fp32_exact_with_refusals_and_no_second_fold(family):
         gains_folded=len(gains.folded),
         refused=refused,
         reference=(gains.check or ln.check).reference if (gains.check or ln.check) else None,
-        untied=sorted(gains.untied) + [o for _w, o in ln.untied],
+        untied={**dict(gains.untied), **{o: _numel(model, o) for _w, o in ln.untied}},
     )
 
 
@@ -128,3 +132,73 @@ def test_fold_bf16_within_bf16_rounding(family):
         assert check is None or check.passed
     assert change <= BF16_RELATIVE * scale
     _record(family, bf16_change=change, bf16_relative=change / scale)
+
+
+def _auto_class(model):
+    from normlab.surgery.hf_format import auto_class_name
+
+    return getattr(transformers, auto_class_name(type(model).__name__))
+
+
+@pytest.mark.parametrize("family", ISSUE_FAMILIES)
+def test_replace_save_reload_exact_via_auto_and_refused_by_plain_class(family, tmp_path):
+    from normlab.models.hf_auto import register_auto_classes
+    from normlab.surgery import replace_norms
+
+    model = build(family)
+    x = model_inputs(model, tokens())
+    replaced = replace_norms(model, "rmsnorm")
+    assert replaced
+    model.save_pretrained(tmp_path)
+    register_auto_classes()
+    auto = _auto_class(model)
+    loaded = auto.from_pretrained(tmp_path).eval()
+    assert torch.equal(_logits(loaded, x), _logits(model, x))
+    with pytest.raises((OSError, ValueError)):
+        getattr(transformers, type(model).__name__).from_pretrained(tmp_path)
+    generates = model.can_generate()
+    assert (tmp_path / "generation_config.json").is_file() == generates
+    _record(family, reload_exact=True, plain_class_refuses=True, generation_config=generates)
+
+
+def _site(adapter):
+    """The first norm of the first block (the probe site compared with our own hook)."""
+    return next(s for s in adapter.norm_sites() if s.layer == 0)
+
+
+@pytest.mark.parametrize("family", ISSUE_FAMILIES)
+def test_probe_matches_an_independent_hook_and_runs_after_fold(family):
+    from normlab.probes import adapt
+    from normlab.probes.report import probe_model
+
+    model = build(family, attn="eager")
+    ids = tokens(2, 13)
+    site = _site(adapt(model))
+    seen = []
+    handle = model.get_submodule(site.name).register_forward_hook(
+        lambda _m, args, _o: seen.append(args[0].detach().double())
+    )
+    try:
+        result = probe_model(model, ids, swap=False)
+    finally:
+        handle.remove()
+    assert not result["nonfinite"] and set(result["skipped"]) <= {"swap"}
+    outliers = {s["name"]: s for s in result["probes"]["outliers"]["sites"]}
+    probe = outliers[f"{site.name}:input"]
+    # our own hook: the norm's input on the probe's first pass (causal: tokens[:, :-1])
+    x = seen[0]
+    own = x.reshape(x.shape[0], -1).abs().amax(1)
+    assert probe["inf_norm"] == pytest.approx(float(own.mean()), rel=1e-12)
+    assert probe["max_abs"] == pytest.approx(float(own.max()), rel=1e-12)
+    example = model_inputs(model, tokens())
+    _fold(model, example)
+    after = probe_model(model, ids, swap=False)
+    assert not after["nonfinite"] and set(after["skipped"]) <= {"swap"}
+    _record(
+        family,
+        probe_site=site.name,
+        probe_inf_norm=probe["inf_norm"],
+        hook_inf_norm=float(own.mean()),
+        probe_after_fold=True,
+        probes=sorted(result["probes"]),
+    )

@@ -38,9 +38,9 @@ def _native(ours: nn.Module, theirs: nn.Module) -> nn.Module | str:
     eps = norm_eps(theirs)
     if ours.eps is None or eps is None or abs(eps - float(ours.eps)) > 1e-12 * max(eps, 1.0):
         return f"eps {ours.eps} differs from the architecture's {type(theirs).__name__} ({eps})"
-    w = theirs.weight
-    native = copy.deepcopy(theirs).to(device=w.device if w.device.type != "meta" else "cpu")
-    like = ours.weight if ours.weight is not None else None
+    like = ours.weight
+    device = like.device if like is not None else torch.device("cpu")
+    native = copy.deepcopy(theirs).to_empty(device=device)  # the fresh build is on meta
     native = native.to(dtype=like.dtype if like is not None else torch.float32)
     with torch.no_grad():
         native.weight.fill_(0.0)  # the gain form is measured on a real tensor
