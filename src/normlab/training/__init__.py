@@ -9,6 +9,7 @@
 - :mod:`~normlab.training.forecast`: a reversible normalizer around a forecasting backbone.
 - :mod:`~normlab.training.norin`: NoRIN's shape selection around the forecasting trainer.
 - :mod:`~normlab.training.policy`: REINFORCE, PPO and bandit policy gradients (RL claims).
+- :mod:`~normlab.training.curves`: per-epoch validation and test accuracy of a classifier.
 - :mod:`~normlab.training.flows`: maximum-likelihood training of a CDFlow.
 - :mod:`~normlab.training.bandits`: the preference and biased-proxy bandits (GRPO family).
 - :mod:`~normlab.training.distill`: teacher-student self-distillation (SSL centering).

@@ -6,9 +6,11 @@ import math
 
 import torch
 
-from normlab.claims.catalogue.complex_bn import CLAIM
+from normlab.claims import get_claim
 from normlab.functional import manifolds as MF
 from normlab.models.spd_net import SPDNet, clutter_covariances
+
+CLAIM = get_claim("complex-bn")
 
 
 def test_smoke_run_check_and_effect_signs():
@@ -69,11 +71,11 @@ def test_siegel_clutter_lies_in_the_disk_and_its_net_trains_every_part():
 
 
 def test_every_arm_is_tuned_with_the_same_grid():
-    from normlab.claims.catalogue.complex_bn import ARMS
     from normlab.claims.protocol import searches
 
     spaces = searches(CLAIM.config("quick"))
-    assert set(spaces) == set(ARMS) and len({s.trials for s in spaces.values()}) == 1
+    arms = {"bn", "no-bn", "bn-dispersion", "siegel-bn", "siegel-no-bn"}
+    assert set(spaces) == arms and len({s.trials for s in spaces.values()}) == 1
 
 
 def test_quick_training_means_converge_without_warnings():
@@ -81,14 +83,21 @@ def test_quick_training_means_converge_without_warnings():
     default Karcher budget (10 iterations warned here, at gradient norm 1.4e-6)."""
     import warnings
 
-    from normlab.claims.catalogue import complex_bn as C
     from normlab.claims.common import seed_everything
+    from normlab.training.curves import accuracy_curves
 
     torch.set_num_threads(1)
     cfg = CLAIM.config("quick")
     gen = seed_everything(0)
-    hpd = tuple(C._data(cfg, gen, k) for k in (cfg["train_per_class"], 30, 60))
+    data = {k: cfg[k] for k in ("snapshots", "power")}
+    data |= {"rhos": tuple(cfg["rhos"]), "freqs": tuple(cfg["freqs"]), "generator": gen}
+    hpd = [clutter_covariances(k, cfg["n"], **data) for k in (cfg["train_per_class"], 30, 60)]
+    torch.manual_seed(0)
+    net = SPDNet(cfg["n"], cfg["m"], len(cfg["rhos"]), bn=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        curves = C._train(cfg, 0, "bn", 0.1, {"hpd": hpd, "siegel": hpd})
+        curves = accuracy_curves(
+            net, *hpd, lr=0.1, epochs=cfg["epochs"], batch=cfg["batch"], seed=0
+        )
     assert all(math.isfinite(a) for a in curves["test"])
+    assert curves["diverged"] is None and len(curves["val"]) == cfg["epochs"]

@@ -1,18 +1,15 @@
 """Claim "complex-bn": Riemannian BN on HPD matrices speeds up a Riemannian network.
 
 A small SPDNet-style network on HPD matrices (:mod:`normlab.models.spd_net`) classifies
-sample covariance matrices of four radar-like clutter classes (Toeplitz covariances that
-differ in correlation and Doppler frequency, compound-Gaussian texture), with and without
+sample covariance matrices of four radar-like clutter classes, with and without
 :class:`normlab.layers.HPDBatchNorm` after its BiMap layer (and with the BN's dispersion
-step, a secondary), same initialisation and data order. The paper's other layer, the
-Siegel-disk BN (:class:`normlab.layers.SiegelBatchNorm`), is tested on the same clutter
-covariances mapped into the Siegel disk (:func:`~normlab.models.spd_net.siegel_clutter`,
-normlab's construction: Siegel upper half-space then Cayley transform) by a small network
-``[Siegel BN] -> Log_0 -> MLP`` (a secondary). Each arm's Adam learning rate is tuned by the
-harness over the same grid (selected on a validation split, never test; an edge choice
-extends the grid). "Trains faster": the test accuracy averaged over the epochs (area under
-the accuracy curve); the final test accuracy is a secondary effect. Premise: the no-BN
-network learns but has room to improve (its mean accuracy is above chance and below 0.95).
+step, a secondary), same initialisation and data order. The Siegel-disk BN
+(:class:`normlab.layers.SiegelBatchNorm`) is tested on the same covariances mapped into the
+Siegel disk (:func:`~normlab.models.spd_net.siegel_clutter`, normlab's construction) by a
+network ``[Siegel BN] -> Log_0 -> MLP`` (a secondary). Each arm's lr is tuned on a validation
+split (:func:`~normlab.training.curves.accuracy_curves` records both curves). "Trains
+faster": the test accuracy averaged over the epochs; the final accuracy is a secondary.
+Premise: the no-BN network learns but has room to improve.
 """
 
 from __future__ import annotations
@@ -22,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
+from normlab.claims.arms import Trained, run_arms
 from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Check,
@@ -36,12 +33,11 @@ from normlab.claims.core import (
     difference,
     register_claim,
 )
-from normlab.claims.protocol import tune_arms
 from normlab.functional import manifolds as MF
 from normlab.layers.riemannian import HPDBatchNorm
 from normlab.models.spd_net import SiegelNet, SPDNet, clutter_covariances, siegel_clutter
 from normlab.papers import paper
-from normlab.training.fit import EpochBatches, fit
+from normlab.training.curves import accuracy_curves
 
 __all__ = ["CLAIM", "run"]
 
@@ -58,14 +54,8 @@ def _data(config: Mapping[str, Any], generator: torch.Generator, per_class: int)
     )
 
 
-def _accuracy(net: SPDNet, data) -> float:
-    net.eval()
-    with torch.no_grad():
-        return float((net(data.x).argmax(1) == data.y).double().mean())
-
-
 #: arm -> (network, BN layer, dispersion step)
-ARMS = {
+_ARMS = {
     "bn": ("hpd", True, False),
     "no-bn": ("hpd", False, False),
     "bn-dispersion": ("hpd", True, True),
@@ -74,34 +64,14 @@ ARMS = {
 }
 
 
-def _train(config: Mapping[str, Any], seed: int, arm: str, lr: float, splits) -> dict:
-    """Train one arm; per-epoch validation and test accuracy curves (up to the divergence,
-    if the loss turned non-finite) and the divergence or None."""
-    kind, bn, dispersion = ARMS[arm]
-    train, val, test = splits[kind]
+def _net(config: Mapping[str, Any], arm: str, seed: int) -> torch.nn.Module:
+    """The arm's network, initialised by ``seed``."""
+    kind, bn, dispersion = _ARMS[arm]
     torch.manual_seed(seed)
     classes = len(config["rhos"])
     if kind == "hpd":
-        net = SPDNet(config["n"], config["m"], classes, bn=bn, dispersion=dispersion)
-    else:
-        net = SiegelNet(config["siegel_n"], classes, bn=bn, dispersion=dispersion)
-    batches = EpochBatches(len(train.y), config["batch"], torch.Generator().manual_seed(seed))
-    val_accs, test_accs = [], []
-
-    def after_step(step: int, loss: torch.Tensor) -> None:
-        if (step + 1) % batches.per_epoch == 0:
-            val_accs.append(_accuracy(net, val))
-            test_accs.append(_accuracy(net, test))
-
-    result = fit(
-        net,
-        lambda m, idx: F.cross_entropy(m(train.x[idx]), train.y[idx]),
-        batches,
-        batches.steps(config["epochs"]),
-        torch.optim.Adam(net.parameters(), lr=lr),
-        after_step=after_step,
-    )
-    return {"val": val_accs, "test": test_accs, "diverged": result.diverged}
+        return SPDNet(config["n"], config["m"], classes, bn=bn, dispersion=dispersion)
+    return SiegelNet(config["siegel_n"], classes, bn=bn, dispersion=dispersion)
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -114,28 +84,24 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     sizes = (config["siegel_per_class"], 30, 60)
     siegel = tuple(siegel_clutter(_data(small, gen, k)) for k in sizes)
     splits = {"hpd": hpd, "siegel": siegel}
+    curves: list[list[float]] = []
 
-    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, dict]:
-        curves = _train(config, seed, arm, params["lr"], splits)
-        if curves["diverged"] is not None:
-            return math.inf, curves
-        return -sum(curves["val"]) / len(curves["val"]), curves
+    def train(arm: str, params: dict[str, Any], training_seed: int) -> Trained:
+        net = _net(config, arm, training_seed)
+        run_of = {"lr": params["lr"], "epochs": config["epochs"], "batch": config["batch"]}
+        out = accuracy_curves(net, *splits[_ARMS[arm][0]], **run_of, seed=training_seed)
+        div = None if out["diverged"] is None else out["diverged"].record()
+        return Trained(-sum(out["val"]) / max(1, len(out["val"])), out["test"], div)
+
+    def test(arm: str, trained: Trained) -> dict[str, float]:
+        accs = trained.model or [math.nan]
+        curves.append(accs)
+        return {"mean_acc": sum(accs) / len(accs), "final_acc": accs[-1]}
 
     # trivial reference: chance accuracy, one class in four (minus: lower is better)
-    chance = -1.0 / len(config["rhos"])
-    tuned, records = tune_arms(config, evaluate, reference=chance)
-    table, curves, diverged = {}, {}, {}
-    for name, t in tuned.items():
-        accs = t.result["test"] or [math.nan]
-        table[name] = {
-            "mean_acc": sum(accs) / len(accs),
-            "final_acc": accs[-1],
-            "lr": t.chosen["lr"],
-        }
-        curves[name] = accs
-        if t.result["diverged"] is not None:
-            diverged[name] = t.result["diverged"].record()
-    return {"table": table, "curves": curves, "tuning": records, "diverged": diverged}
+    m = run_arms(config, seed, train, test, reference=-1.0 / len(config["rhos"]))
+    # the engine tests the arms in the table's order
+    return {**m, "curves": dict(zip(m["table"], curves, strict=True))}
 
 
 def _check_manifold(config: Mapping[str, Any]) -> CheckOutcome:
@@ -174,7 +140,7 @@ _BASE = {
     "batch": 30,
     "siegel_n": 4,
     "siegel_per_class": 30,
-    "search": {"arms": list(ARMS), "space": {"lr": [1e-2, 3e-2, 1e-1]}},
+    "search": {"arms": list(_ARMS), "space": {"lr": [1e-2, 3e-2, 1e-1]}},
 }
 
 CLAIM = register_claim(
@@ -305,7 +271,7 @@ CLAIM = register_claim(
                 "epochs": 1,
                 "train_per_class": 15,
                 "siegel_per_class": 8,
-                "search": {"arms": list(ARMS), "space": {"lr": [3e-2]}, "extend": 0},
+                "search": {"arms": list(_ARMS), "space": {"lr": [3e-2]}, "extend": 0},
             },
             "quick": {**_BASE, "seeds": 6, "epochs": 10, "train_per_class": 60},
             "full": {**_BASE, "seeds": 10, "epochs": 40, "train_per_class": 200},
