@@ -13,19 +13,20 @@ The FP4 tensor scale follows each architecture's recipe (normlab's reading of th
 abstract's "without per-tensor scaling"): nGPT's forward operands use the fixed range amax
 = 1.0 of its reference recipe (its weights and hidden states are unit-norm), the standard
 transformer keeps the per-tensor measured amax it needs (``fp4_amax``; gradients always use
-their measured amax). The loss gap is the NVFP4 model's held-out validation bits per byte
-under its NVFP4 forward (the tensor range it trained with) minus the fp32 model's; the
-primary effect is nGPT's gap minus pre-LN's at the widest width. A run that diverges counts
-as the uniform byte predictor (8.0 bpb), so "the baseline diverges in NVFP4" is evidence,
-not an error. Premise: NVFP4 costs the baseline something (pre-LN's gap at the widest width
-above 0.01 bpb), else there is nothing for nGPT to lose less of.
+their measured amax). The loss gap is the NVFP4 model's test bits per byte (the corpus's
+``test`` split) under its NVFP4 forward (the tensor range it trained with) minus the fp32
+model's; the primary effect is nGPT's gap minus pre-LN's at the widest width. A run that
+diverges counts as the uniform byte predictor (8.0 bpb), so "the baseline diverges in
+NVFP4" is evidence, not an error. Premise: NVFP4 costs the baseline something (pre-LN's
+gap at the widest width above 0.01 bpb), else there is nothing for nGPT to lose less of.
 
 Learning rates: every (architecture, width) gets the same lr search, run by the harness
-in fp32 and selected on the trainer's validation windows (disjoint from the held-out
-windows of the final score); the NVFP4 model trains at its fp32 twin's chosen rate, so the
-gap is the cost of NVFP4 at a tuned rate. The SNR (:func:`normlab.quant.snr.gemm_snr`) of
-every linear layer of the fp32 models, with real inputs from validation windows, at the full
-dot-product length ``k = d_model``, is compared across widths (secondary).
+in fp32 and selected on the trainer's validation windows (the ``val`` split, disjoint by
+file from the ``test`` split of the final score); the NVFP4 model trains at its fp32 twin's
+chosen rate, so the gap is the cost of NVFP4 at a tuned rate. The SNR
+(:func:`normlab.quant.snr.gemm_snr`) of every linear layer of the fp32 models, with real
+inputs from test windows, at the full dot-product length ``k = d_model``, is compared
+across widths (secondary).
 
 Quick trains one width (64), the primary's; the effects that compare widths (the gap at the
 narrowest width, the SNR advantage's growth with width) are measured at full scale only,
@@ -41,7 +42,7 @@ from typing import Any
 
 import torch
 
-from normlab.claims.catalogue._lm_settings import HELD_OUT, UNIFORM_BPB, lm_free
+from normlab.claims.catalogue._lm_settings import UNIFORM_BPB, lm_free
 from normlab.claims.common import loglog_slope, seed_everything
 from normlab.claims.core import Claim, Effect, FreeSetting, Margin, Premise, cell, register_claim
 from normlab.claims.protocol import tune_arms
@@ -101,7 +102,7 @@ def _arms(config: Mapping[str, Any]) -> list[str]:
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """Tune each (architecture, width) in fp32, train its NVFP4 twin at the chosen lr."""
     seed_everything(seed)
-    held = {"batches": config["eval_batches"], "batch": 8, "seed": HELD_OUT + seed}
+    held = {"split": "test", "batches": config["eval_batches"], "batch": 8, "seed": seed}
 
     def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, Any]:
         name, width = arm.rsplit("-d", 1)
@@ -115,7 +116,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     diverged: dict[str, Any] = {}
     curves: dict[str, Any] = {"widths": list(config["widths"])}
     probe, _ = sample_batch(
-        corpus("val"), config["probe_sequences"], config["context"],
+        corpus("test"), config["probe_sequences"], config["context"],
         torch.Generator().manual_seed(40_000 + seed),
     )  # fmt: skip
     widest = max(config["widths"])
@@ -179,7 +180,7 @@ def _figure(measurements: Sequence[dict[str, Any]]):
             axes[1].semilogx(widths, m["curves"][name]["snr_db"], "o-", color=f"C{j}",
                              alpha=0.6, label=label, base=2)  # fmt: skip
     axes[0].axhline(0.0, color="k", lw=0.5)
-    axes[0].set(xlabel="width d_model", ylabel="NVFP4 - fp32 val bits per byte")
+    axes[0].set(xlabel="width d_model", ylabel="NVFP4 - fp32 test bits per byte")
     axes[1].set(xlabel="width d_model", ylabel="NVFP4 GEMM SNR at k = d (dB)")
     for ax in axes:
         ax.set_xticks(widths, [str(w) for w in widths])
@@ -286,7 +287,7 @@ CLAIM = register_claim(
         ),
         primary=Effect(
             "gap_smaller",
-            "nGPT's NVFP4 - fp32 held-out bits per byte minus pre-LN's, at the widest width "
+            "nGPT's NVFP4 - fp32 test bits per byte minus pre-LN's, at the widest width "
             "(a diverged run counts as the uniform predictor)",
             lambda m: _gap(m, "ngpt", "wide") - _gap(m, "tinygpt", "wide"),
             direction="less",
@@ -339,7 +340,7 @@ CLAIM = register_claim(
         premises=(
             Premise(
                 "nvfp4_hurts_baseline",
-                "pre-LN's NVFP4 - fp32 held-out bits per byte at the widest width",
+                "pre-LN's NVFP4 - fp32 test bits per byte at the widest width",
                 lambda m: _gap(m, "tinygpt", "wide"),
                 direction="greater",
                 margin=_GAP_MARGIN,
@@ -372,7 +373,7 @@ CLAIM = register_claim(
             "tuned per architecture and width over {3e-3, 3e-2} (quick, no edge step) in "
             "fp32, each trained in fp32 and with all linear GEMMs (forward, input and weight "
             "gradients) fake-quantized to NVFP4 (nGPT: fixed amax 1.0; pre-LN: per-tensor "
-            "amax); gap = NVFP4 - fp32 held-out bits per byte; SNR E[s^2]/E[(s_hat - s)^2] "
+            "amax); gap = NVFP4 - fp32 test bits per byte; SNR E[s^2]/E[(s_hat - s)^2] "
             "of every linear layer of the fp32 models at k = d_model."
         ),
         scale_note=(
