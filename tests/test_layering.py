@@ -46,6 +46,7 @@ LEVELS: dict[str, float] = {
     "<root>": 4.25,
     "training": 4.5,
     "claims": 5,
+    "compare": 5,  # the user's own comparison, on the claims engine
     "cli": 6,
     "__main__": 6,
 }

@@ -2,7 +2,8 @@
 
 ``normlab report`` reproduces the seed papers' claims and writes a report; ``claim`` runs
 one claim verbosely; ``list`` shows the registered methods or claims; ``probe`` diagnoses a
-model; ``fold`` converts a model's LayerNorms to RMSNorm; ``bench`` times normlab's layers.
+model; ``fold`` converts a model's LayerNorms to RMSNorm; ``bench`` times normlab's layers;
+``compare`` answers which normalization suits the user's own model and data.
 Errors in the input go to stderr with exit status 2; Ctrl-C ends any command with one line
 on stderr and exit status 130, SIGTERM with one line and exit status 143 (``report`` and
 ``claim`` also say how to resume), and no worker process outlives either.
@@ -15,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from normlab.claims._workers import Terminated, sigterm_raises
-from normlab.cli import bench, claims, fold, probe
+from normlab.cli import bench, claims, compare, fold, probe
 from normlab.cli._common import Formatter
 
 __all__ = ["build_parser", "main"]
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_parser(sub)
     fold.add_parser(sub)
     bench.add_parser(sub)
+    compare.add_parser(sub)
     return parser
 
 
