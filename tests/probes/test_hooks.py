@@ -225,3 +225,41 @@ def test_tinygpt_depth_and_ngpt_modes(residual):
     sites = adapter.norm_sites()
     assert len(sites) == (0 if residual == "ngpt" else 7)
     assert set(trace.norm_inputs) == {s.name for s in sites}
+
+
+def test_unknown_architecture_is_refused_with_the_known_families_and_how_to_declare():
+    pytest.importorskip("transformers")
+    from transformers import GPTJConfig, GPTJForCausalLM
+
+    config = GPTJConfig(n_embd=32, n_layer=1, n_head=4, rotary_dim=4, vocab_size=VOCAB)
+    with pytest.raises(TypeError) as err:
+        adapt(GPTJForCausalLM(config))
+    text = str(err.value)
+    assert "model_type 'gptj'" in text and "register_layout" in text
+    for family in ("gpt2", "qwen3_moe", "gemma3_text", "t5", "falcon"):
+        assert family in text
+
+
+def test_a_new_family_is_one_layout_record():
+    pytest.importorskip("transformers")
+    from transformers import GPTJConfig, GPTJForCausalLM
+
+    from normlab import _layouts
+    from normlab.probes import ModelLayout, register_layout
+
+    torch.manual_seed(0)
+    config = GPTJConfig(n_embd=32, n_layer=2, n_head=4, rotary_dim=4, vocab_size=VOCAB)
+    config._attn_implementation = "eager"
+    model = GPTJForCausalLM(config).eval()
+    layout = ModelLayout(("transformer.",), "h", "attn", ("ln_1",), "pre", "ln_f")
+    register_layout("gptj", layout)
+    try:
+        with pytest.raises(ValueError, match="already has a layout"):
+            register_layout("gptj", layout)
+        adapter = adapt(model)
+        x = torch.randint(0, VOCAB, (2, 8))
+        trace = adapter.trace(x, norms=True, attention=True)
+        assert adapter.family == "gptj" and len(trace.attention) == 2
+        assert torch.equal(adapter.readout(trace.residual[-1]), trace.logits)
+    finally:
+        del _layouts.LAYOUTS["gptj"]

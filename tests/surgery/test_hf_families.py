@@ -202,3 +202,42 @@ def test_probe_matches_an_independent_hook_and_runs_after_fold(family):
         probe_after_fold=True,
         probes=sorted(result["probes"]),
     )
+
+
+VARIANTS = [
+    ("opt", {"do_layer_norm_before": False}, "post"),  # OPT-350m's post-LN blocks
+    ("falcon", {"new_decoder_architecture": True, "num_kv_heads": 2}, "pre"),  # ln_attn/ln_mlp
+    ("falcon", {"parallel_attn": False}, "pre"),  # sequential: input + post_attention norms
+]
+
+
+@pytest.mark.parametrize(("family", "overrides", "position"), VARIANTS)
+def test_block_variants_fold_or_refuse_and_probe(family, overrides, position):
+    from normlab.probes import adapt
+    from normlab.probes.report import probe_model
+
+    model = build(family, attn="eager", **overrides)
+    x = model_inputs(model, tokens())
+    adapter = adapt(model)
+    assert adapter.norm_position() == position
+    assert len([s for s in adapter.norm_sites() if s.layer == 0]) == 2
+    before = _logits(model, x)
+    ln, _gains = _fold(model, x)
+    change = float((_logits(model, x) - before).abs().max())
+    assert change <= FP32_RELATIVE * float(before.abs().max())
+    if position == "post":  # post-LN: every block norm refused with the reason
+        assert not any(".layers." in name for name in ln.folded)
+        assert any("post-LN" in " ".join(v) for v in ln.analysis.refused.values())
+    else:
+        assert len(ln.folded) == 5 and ln.check.passed
+    result = probe_model(model, tokens(2, 13), swap=False)
+    assert set(result["skipped"]) <= {"swap"}
+
+
+def test_tied_keep_leaves_the_head_tied_and_says_why():
+    model = build("qwen2")
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    gains = fold_rms_gains(model, model_inputs(model, tokens()), tied="keep")
+    assert model.lm_head.weight is model.model.embed_tokens.weight and not gains.untied
+    assert "tied to the input embedding" in gains.refused["model.norm"]
+    assert len(gains.folded) == 4 and gains.check.passed
