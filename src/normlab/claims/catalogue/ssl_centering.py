@@ -53,25 +53,15 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     each arm's lr selected on the validation split's NMI."""
     seed_everything(seed)
     k, n_train, n_val = config["clusters"], config["train_points"], config["val_points"]
-    x, y = gaussian_mixture(
-        n_train + n_val + config["test_points"],
-        clusters=k,
-        dim=config["dim"],
-        separation=config["separation"],
-        seed=seed,
-    )
+    mixture = {"clusters": k, "dim": config["dim"], "separation": config["separation"]}
+    x, y = gaussian_mixture(n_train + n_val + config["test_points"], **mixture, seed=seed)
     val, test_points = slice(n_train, n_train + n_val), slice(n_train + n_val, None)
     usage: list[list[float]] = []
 
     def train(arm: str, params: dict[str, Any], training_seed: int) -> Trained:
+        budget = {"steps": config["steps"], "batch": config["batch"], "lr": params["lr"]}
         teacher, div = self_distill(
-            x[:n_train],
-            clusters=k,
-            mode=arm,
-            steps=config["steps"],
-            batch=config["batch"],
-            lr=params["lr"],
-            seed=training_seed,
+            x[:n_train], clusters=k, mode=arm, **budget, seed=training_seed
         )
         score = -score_teacher(teacher, x[val], y[val])["nmi"] if div is None else math.inf
         return Trained(score, teacher, None if div is None else div.record())
@@ -121,7 +111,16 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     return fig
 
 
-_COMMON = {"dim": 16, "separation": 3.0, "batch": 128}
+def _config(seeds, clusters, points, steps, lrs, batch=128, extend=None) -> dict[str, Any]:
+    """One scale: ``points`` are the (train, validation, test) mixture points; a search
+    without ``extend`` takes the protocol's default extension."""
+    search = {"arms": list(_ARMS), "space": {"lr": lrs}}
+    search |= {} if extend is None else {"extend": extend}
+    sizes = dict(zip(("train_points", "val_points", "test_points"), points, strict=True))
+    mixture = {"clusters": clusters, "dim": 16, "separation": 3.0}
+    return {"seeds": seeds, **mixture, **sizes, "steps": steps, "batch": batch, "search": search}
+
+
 _MORE = Margin(1.0, "normlab's choice: at least one more cluster in use")
 
 CLAIM = register_claim(
@@ -142,27 +141,18 @@ CLAIM = register_claim(
             method="center, prior",
             baseline="none",
             unit="clusters",
-            parts=(
+            parts=tuple(
                 difference(
-                    "center_vs_none",
-                    "effective clusters, EMA centering minus none",
-                    "center",
+                    f"{arm}_vs_none",
+                    f"effective clusters, {label} minus none",
+                    arm,
                     "none",
                     "effective_clusters",
                     direction="greater",
                     margin=_MORE,
                     unit="clusters",
-                ),
-                difference(
-                    "prior_vs_none",
-                    "effective clusters, prior division minus none",
-                    "prior",
-                    "none",
-                    "effective_clusters",
-                    direction="greater",
-                    margin=_MORE,
-                    unit="clusters",
-                ),
+                )
+                for arm, label in (("center", "EMA centering"), ("prior", "prior division"))
             ),
         ),
         secondary=(
@@ -244,37 +234,9 @@ CLAIM = register_claim(
         ),
         scale_note="quick: 300 steps of self-distillation on 2,000 points.",
         configs={
-            "smoke": {
-                "seeds": 1,
-                **_COMMON,
-                "clusters": 4,
-                "train_points": 256,
-                "val_points": 64,
-                "test_points": 128,
-                "steps": 20,
-                "batch": 64,
-                "search": {"arms": list(_ARMS), "space": {"lr": [1e-3]}, "extend": 0},
-            },
-            "quick": {
-                "seeds": 5,
-                **_COMMON,
-                "clusters": 8,
-                "train_points": 2000,
-                "val_points": 500,
-                "test_points": 1000,
-                "steps": 300,
-                "search": {"arms": list(_ARMS), "space": {"lr": [1e-3, 3e-3]}},
-            },
-            "full": {
-                "seeds": 10,
-                **_COMMON,
-                "clusters": 16,
-                "train_points": 20000,
-                "val_points": 2000,
-                "test_points": 5000,
-                "steps": 5000,
-                "search": {"arms": list(_ARMS), "space": {"lr": [3e-4, 1e-3, 3e-3]}},
-            },
+            "smoke": _config(1, 4, (256, 64, 128), 20, [1e-3], batch=64, extend=0),
+            "quick": _config(5, 8, (2000, 500, 1000), 300, [1e-3, 3e-3]),
+            "full": _config(10, 16, (20000, 2000, 5000), 5000, [3e-4, 1e-3, 3e-3]),
         },
         run=run,
         figure=_figure,
