@@ -20,7 +20,7 @@ CLAIM = get_claim("kappa-attention")
 def test_smoke_table(smoke_measurement):
     table = smoke_measurement("kappa-attention")["table"]
     assert set(table) == {"softmax", "kappa-softmax"}
-    assert all(math.isfinite(row["val_bpb"]) for row in table.values())
+    assert all(math.isfinite(row["test_bpb"]) for row in table.values())
     assert all(math.isfinite(row["log10_tail_p"]) for row in table.values())
     assert CLAIM.primary.fn({"table": table}) > CLAIM.primary.margin.value
     assert CLAIM.config("quick")["seeds"] >= 5
@@ -52,8 +52,8 @@ def test_effect_sign_on_hand_built_tables():
     def m(kappa: float, tail: float = -5.0) -> dict:
         return {
             "table": {
-                "softmax": {"val_bpb": 3.3, "log10_tail_p": -13.0},
-                "kappa-softmax": {"val_bpb": kappa, "log10_tail_p": tail},
+                "softmax": {"test_bpb": 3.3, "log10_tail_p": -13.0},
+                "kappa-softmax": {"test_bpb": kappa, "log10_tail_p": tail},
             }
         }
 
