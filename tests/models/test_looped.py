@@ -88,3 +88,13 @@ def test_bad_loop_settings_raise():
         GPTConfig(**BASE, loops=0)
     with pytest.raises(ValueError, match="residual"):
         GPTConfig(**BASE, loops=2, residual="attnres")
+
+
+def test_looped_variants_and_their_parity():
+    from normlab.models.looped import VARIANTS, loop_parity, looped_config
+
+    configs = {v: looped_config(BASE, 3, v) for v in VARIANTS}
+    assert configs["fully"].loop_signal and configs["fully"].attention_injection
+    assert not configs["plain"].loop_signal and not configs["plain"].attention_injection
+    assert {c.loops for c in configs.values()} == {3}
+    assert loop_parity(configs["fully"]) == (0, 0.0)

@@ -30,7 +30,7 @@ from normlab._records import Record
 from normlab.probes._runner import as_block_runner
 from normlab.probes.swap import kl_to_base
 
-__all__ = ["DepthProfile", "depth_profile", "weight_rms"]
+__all__ = ["DepthProfile", "depth_profile", "residual_growth", "weight_rms"]
 
 
 @dataclass(frozen=True)
@@ -129,3 +129,12 @@ def weight_rms(model: torch.nn.Module) -> float:
     mats = [p for n, p in model.named_parameters() if p.dim() >= 2 and "norm" not in n]
     total = sum(float(p.square().sum()) for p in mats)
     return (total / sum(p.numel() for p in mats)) ** 0.5
+
+
+@torch.no_grad()
+def residual_growth(model: Any, tokens: torch.Tensor) -> float:
+    """``log(rms(h_final) / rms(h_embed))`` of a TinyGPT on ``tokens``: how much the residual
+    stream grew from the embedding to the state the head reads (over every block and loop)."""
+    states, _ = model.trunk(tokens)
+    rms = [float(s.square().mean().sqrt()) for s in (states[0], states[-1])]
+    return math.log(rms[1] / rms[0])

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import math
 
-from normlab.claims.catalogue.looped import ARMS, CLAIM
+from normlab.claims import get_claim
 from normlab.claims.core import CheckOutcome
 from normlab.claims.rule import judge_claim
+
+CLAIM = get_claim("looped")
+ARMS = ("plain-large", "fully-large", "signal-large", "attn-large", "plain-mild", "fully-mild")
 
 CHECKS = {"parameter_free": CheckOutcome(True, 0.0)}
 
 
 def _table(plain_large, fully_large, plain_mild=3.6, fully_mild=3.55, growth=(2.0, 1.0)):
     def row(v, g=1.0):
-        return {"val_bpb": v, "residual_growth": g}
+        return {"test_bpb": v, "residual_growth": g}
 
     return {
         "table": {

@@ -7,11 +7,11 @@ the dense (pre-LN, no weight decay) trials of a seed are trained once and read f
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from normlab.claims.arms import Trained
+from normlab.claims.catalogue._lm_settings import lm_trial
 from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.training.lm import LMTrainConfig, train_lm
 
@@ -133,8 +133,7 @@ def train_arm(config: Mapping[str, Any]) -> Callable[[str, dict[str, Any], int],
     diverged), the ``(model, log)`` and the divergence record."""
 
     def train(variant: str, params: dict[str, Any], seed: int) -> Trained:
-        model, log = trained(config, seed, variant, params["lr"])
-        val = math.inf if log.get("diverged") else float(log["val_bpb"][-1])
-        return Trained(val, (model, log), log.get("diverged"))
+        lr = params["lr"]
+        return lm_trial(gpt_config(config, variant), train_config(config, variant, lr), seed)
 
     return train

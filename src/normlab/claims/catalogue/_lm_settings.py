@@ -13,9 +13,11 @@ from typing import Any
 
 import torch
 
+from normlab.claims.arms import Trained
 from normlab.claims.core import FreeSetting
 from normlab.data.corpus import VOCAB, corpus, sample_batch
-from normlab.training.lm import LMTrainConfig
+from normlab.models.gpt import GPTConfig
+from normlab.training.lm import LMTrainConfig, train_lm
 
 __all__ = [
     "HELD_OUT",
@@ -23,6 +25,7 @@ __all__ = [
     "UNIFORM_BPB",
     "lm_free",
     "lm_train_config",
+    "lm_trial",
     "test_windows",
 ]
 
@@ -87,3 +90,12 @@ def test_windows(batch: int, context: int, seed: int) -> tuple[torch.Tensor, tor
     ``seed``: the text every reported probe reads (disjoint by file from the "val" split the
     trainer's selection scores)."""
     return sample_batch(corpus("test"), batch, context, torch.Generator().manual_seed(seed))
+
+
+def lm_trial(model_config: GPTConfig, train_config: LMTrainConfig, seed: int) -> Trained:
+    """One trial of the engine's ``train`` for a TinyGPT (trained or read from the model
+    cache): scored by the trainer's last validation bits per byte (the "val" split's
+    windows; inf if diverged), with ``(model, log)`` and the divergence record."""
+    model, log = train_lm(model_config, train_config, seed)
+    val = math.inf if log.get("diverged") else float(log["val_bpb"][-1])
+    return Trained(val, (model, log), log.get("diverged"))
