@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from normlab.claims.catalogue.quadnorm import CLAIM
+from normlab.claims import get_claim
 from normlab.data.darcy import (
     darcy_dataset,
     gaussian_random_field,
@@ -15,6 +15,8 @@ from normlab.data.darcy import (
     threshold_coefficient,
 )
 from normlab.models.operator import operator_net
+
+CLAIM = get_claim("quadnorm")
 
 
 def _series_solution(n: int, terms: int = 199) -> np.ndarray:
@@ -121,6 +123,8 @@ def test_smoke_run_has_every_norm_and_resolution(smoke_measurement):
         assert all(row[f"rel_err_{r}"] > 0 for r in config["test_res"]), method
     for rule in ("uniform", "trapezoid", "simpson"):
         assert len(m["curves"]["moments"][rule]["mismatch"]) == len(config["moment_sizes"])
+    assert set(m["tuning"]) == set(m["curves"]["operator"]) == set(config["search"]["arms"])
+    assert all(row["val_err"] > 0 and "lr" in row for row in m["table"].values())
 
 
 def _table(quad, others):
@@ -138,5 +142,5 @@ def _table(quad, others):
 
 def test_effects_take_both_signs_on_constructed_tables():
     good, bad = _table((0.05, 0.06), (0.08, 0.12)), _table((0.1, 0.2), (0.08, 0.1))
-    for effect in CLAIM.effects:
+    for effect in (e for top in CLAIM.effects for e in top.parts or (top,)):
         assert effect.fn(good) < 0 < effect.fn(bad), effect.name
