@@ -9,7 +9,7 @@ LayerNorm and RMSNorm in the massive-outlier regime and softmax with attention s
 Headline (primary): a *trained* pre-LN TinyGPT (the byte-level model guaranteed-approx
 shares through the model cache, one per seed, and at full scale a trial of kappa-attention's
 softmax arm) is run in bfloat16 and in
-float64 on validation windows with every residual projection (attention output and MLP down
+float64 on test windows with every residual projection (attention output and MLP down
 projection) multiplied by ``s``; the relative error of the final residual state
 ``||h_bf16 - h_64|| / ||h_64||`` at ``s = mild_scale`` is compared with the unscaled model's
 as ``log10(err_s / err_1)``. Preconditions: the mild scaling leaves the residual stream's
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from normlab.claims.catalogue._lm_settings import HELD_OUT, lm_free, lm_train_config
+from normlab.claims.catalogue._lm_settings import lm_free, lm_train_config
 from normlab.claims.common import seed_everything, spearman
 from normlab.claims.core import (
     Check,
@@ -137,8 +137,8 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     seed_everything(seed)
     table: dict[str, dict[str, float]] = {}
     gpt, log = _trained_model(config, seed)
-    gen = torch.Generator().manual_seed(HELD_OUT + seed)
-    idx, _ = sample_batch(corpus("val"), config["probe_batch"], gpt.config.context, gen)
+    gen = torch.Generator().manual_seed(seed)  # the test split: disjoint from selection
+    idx, _ = sample_batch(corpus("test"), config["probe_batch"], gpt.config.context, gen)
     curves: dict[str, Any] = {}
     mild, large = float(config["mild_scale"]), float(config["large_scale"])
     for s in sorted({1.0, mild, large, *config["scales"]}):
@@ -442,7 +442,7 @@ CLAIM = register_claim(
         "in the abstract).",
         setup=(
             "Trained byte-level pre-LN TinyGPT (the guaranteed-approx model) "
-            "on validation windows in bf16 vs fp64 with residual projections scaled by s in "
+            "on test windows in bf16 vs fp64 with residual projections scaled by s in "
             "0.25..64, and in fp16 at s = 1 (positive control); LayerNorm/RMSNorm "
             "on N(0,1) rows with one planted outlier 1..1e4 in fp16/bf16; softmax with a sink "
             "logit 0..80, shifted vs unshifted."
