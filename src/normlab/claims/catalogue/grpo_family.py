@@ -133,6 +133,12 @@ def _pref(name: str, description: str, method: str, baseline: str, metric: str, 
     )
 
 
+def _true_gain(name: str, label: str, method: str):
+    """(b): the mean true preference of ``method`` minus GRPO's."""
+    description = f"(b) mean true preference, {label} minus GRPO"
+    return _prox(name, description, method, "true", direction="greater", margin=_M)
+
+
 def _prox(name: str, description: str, method: str, metric: str, **kw):
     return difference(name, description, f"b/{method}", "b/grpo", metric, if_diverged=_DIV, **kw)
 
@@ -140,15 +146,15 @@ def _prox(name: str, description: str, method: str, metric: str, **kw):
 _PREFERENCE = {"outputs": 10, "group": 8, "prompts": 8, "noise": 0.1}
 #: The preference population: the minority's share of users and rating scale.
 _POPULATION = {"p_minority": 0.2, "minority_scale": 0.3}
-_PROXY = {
-    "outputs": 10,
-    "group": 8,
-    "prompts": 8,
-    "bias": 0.1,
-    "noise": 0.02,
-    "min_spread": 0.03,
-    "gamma": 0.5,
-}
+_PROXY = {"outputs": 10, "group": 8, "prompts": 8, "noise": 0.02}
+_PROXY |= {"bias": 0.1, "min_spread": 0.03, "gamma": 0.5}  # the proxy's bias, the spreads, SLAS
+
+
+def _config(seeds, steps, search, preference, proxy) -> dict[str, Any]:
+    """One scale: the two toys' settings over their quick values."""
+    toys = {"preference": {**_PREFERENCE, **preference}, "proxy": {**_PROXY, **proxy}}
+    return {"seeds": seeds, "steps": steps, **_POPULATION, "search": search, **toys}
+
 
 CLAIM = register_claim(
     Claim(
@@ -187,14 +193,7 @@ CLAIM = register_claim(
                 direction="no_less",
                 margin=_M,
             ),
-            _prox(
-                "slas_true_reward",
-                "(b) mean true preference, SLAS minus GRPO",
-                "slas",
-                "true",
-                direction="greater",
-                margin=_M,
-            ),
+            _true_gain("slas_true_reward", "SLAS", "slas"),
             _prox(
                 "slas_hacking_gap",
                 "(b) proxy-true gap (expected bias term), SLAS minus GRPO",
@@ -204,22 +203,8 @@ CLAIM = register_claim(
                 margin=Margin(0.005, "normlab's choice: 5% of the bias term's full range 0.1"),
                 unit="reward",
             ),
-            _prox(
-                "batch_std_true_reward",
-                "(b) mean true preference, batch-std minus GRPO",
-                "batch-std",
-                "true",
-                direction="greater",
-                margin=_M,
-            ),
-            _prox(
-                "dr_grpo_true_reward",
-                "(b) mean true preference, Dr. GRPO minus GRPO",
-                "dr-grpo",
-                "true",
-                direction="greater",
-                margin=_M,
-            ),
+            _true_gain("batch_std_true_reward", "batch-std", "batch-std"),
+            _true_gain("dr_grpo_true_reward", "Dr. GRPO", "dr-grpo"),
         ),
         checks=(
             Check(
@@ -262,30 +247,15 @@ CLAIM = register_claim(
         headline="P-GRPO: faster convergence and higher rewards than GRPO across tasks; SLAS "
         "surpasses DanceGRPO while mitigating reward hacking.",
         configs={
-            "smoke": {
-                "seeds": 1,
-                "steps": 20,
-                **_POPULATION,
-                "search": _search([1.0], [30.0], 0),
-                "preference": {**_PREFERENCE, "prompts": 4},
-                "proxy": _PROXY,
-            },
-            "quick": {
-                "seeds": 16,
-                "steps": 150,
-                **_POPULATION,
-                "search": _search(_STANDARD, _RAW, 1),
-                "preference": _PREFERENCE,
-                "proxy": _PROXY,
-            },
-            "full": {
-                "seeds": 20,
-                "steps": 1000,
-                **_POPULATION,
-                "search": _search([1.0, *_STANDARD], [10.0, *_RAW], 2),
-                "preference": {**_PREFERENCE, "outputs": 32, "group": 16, "prompts": 16},
-                "proxy": {**_PROXY, "outputs": 32, "group": 16, "prompts": 32},
-            },
+            "smoke": _config(1, 20, _search([1.0], [30.0], 0), {"prompts": 4}, {}),
+            "quick": _config(16, 150, _search(_STANDARD, _RAW, 1), {}, {}),
+            "full": _config(
+                20,
+                1000,
+                _search([1.0, *_STANDARD], [10.0, *_RAW], 2),
+                {"outputs": 32, "group": 16, "prompts": 16},
+                {"outputs": 32, "group": 16, "prompts": 32},
+            ),
         },
         run=run,
         setup=(
