@@ -35,9 +35,9 @@ def test_smoke_table(smoke_measurement):
 
 def test_effect_signs_on_hand_built_tables():
     def m(guaranteed: float, unguaranteed: float) -> dict:
-        rows = {n: {"val_bpb": 3.3} for n in ("exact", *VARIANTS)}
-        rows["guaranteed"] = {"val_bpb": guaranteed}
-        rows["unguaranteed"] = {"val_bpb": unguaranteed}
+        rows = {n: {"test_bpb": 3.3} for n in ("exact", *VARIANTS)}
+        rows["guaranteed"] = {"test_bpb": guaranteed}
+        rows["unguaranteed"] = {"test_bpb": unguaranteed}
         return {"table": rows}
 
     assert CLAIM.primary.fn(m(3.30, 3.35)) < 0 < CLAIM.primary.fn(m(3.35, 3.30))
