@@ -4,8 +4,9 @@
 // called through ctypes on tensors' data pointers. Every function handles rows of length D
 // of a contiguous (R, D) array, float32, bfloat16 or float16, computing in float32.
 // Weight, bias and every statistic are float32. Weight gradients are accumulated into a
-// fixed number of row blocks (NB, independent of the thread count) and summed in block
-// order, so they are bit-for-bit deterministic for any number of threads. Weight and bias
+// number of row blocks that depends on the row count only (blocks(R), at most NB; never on
+// the thread count) and summed in block order, so they are bit-for-bit deterministic for any
+// number of threads. Weight and bias
 // pointers are never null (the caller passes ones and zeros): a null test inside a loop
 // keeps gcc from vectorizing it. Scratch memory (the gradient partials, softmax1's row
 // buffers) is passed in by the caller, which reuses it across calls.
@@ -163,24 +164,30 @@ inline double scaled_rstd(double ss, double s, long D, double eps) {
 }
 
 inline int threads_for(long R, long D, int nt) { return (R * D < 32768 || R < 2) ? 1 : nt; }
-inline long block_lo(long b, long R) { return b * R / NB; }
+// At least 16 rows a block: with few long rows (128 x 65536) 32 blocks of partials would
+// move as many bytes as the data itself (memset, accumulate, reduce).
+inline long blocks(long R) {
+  const long n = R / 16;
+  return n < 1 ? 1 : (n > NB ? NB : n);
+}
+inline long block_lo(long b, long R) { return b * R / blocks(R); }
 
-// partial (NB, D) -> out (D): sum the blocks in order (deterministic), for up to two
+// partial (nb, D) -> out (D): sum the blocks in order (deterministic), for up to two
 // partial buffers in one parallel region (LayerNorm's dw and db). Below 8192 features the sum
 // (at most 256k adds, ~50 us) runs on one thread: waking the team again costs more than
 // that on a busy machine, where a descheduled thread holds the others at the barrier.
-void reduce_blocks(const float* part, float* out, const float* part2, float* out2, long D,
-                   int nt) {
+void reduce_blocks(const float* part, float* out, const float* part2, float* out2, long nb,
+                   long D, int nt) {
 #pragma omp parallel for num_threads(D < 8192 ? 1 : nt) schedule(static)
   for (long j = 0; j < D; ++j) {
     if (out != nullptr) {
       float s = 0.0f;
-      for (long b = 0; b < NB; ++b) s += part[b * D + j];
+      for (long b = 0; b < nb; ++b) s += part[b * D + j];
       out[j] = s;
     }
     if (out2 != nullptr) {
       float s = 0.0f;
-      for (long b = 0; b < NB; ++b) s += part2[b * D + j];
+      for (long b = 0; b < nb; ++b) s += part2[b * D + j];
       out2[j] = s;
     }
   }
@@ -233,7 +240,7 @@ void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rs
              const T* dsum, T* dx, float* dwpart, long R, long D, int nt) {
   const float invd = 1.0f / static_cast<float>(D);
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
-  for (long b = 0; b < NB; ++b) {
+  for (long b = 0; b < blocks(R); ++b) {
     float* acc = dwpart + b * D;  // always given (the caller passes a scratch buffer)
     std::memset(acc, 0, sizeof(float) * D);
     for (long i = block_lo(b, R); i < block_lo(b + 1, R); ++i) {
@@ -318,7 +325,7 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
             long D, int nt) {
   const float invd = 1.0f / static_cast<float>(D);
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
-  for (long b = 0; b < NB; ++b) {
+  for (long b = 0; b < blocks(R); ++b) {
     float* aw = dwpart + b * D;
     float* ab = dbpart + b * D;
     std::memset(aw, 0, sizeof(float) * D);
@@ -366,7 +373,7 @@ template <typename T>
 void dyt_bwd(const T* dy, const T* x, float alpha, const float* w, T* dx, float* dwpart,
              float* dbpart, float* dapart, long R, long D, int nt) {
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
-  for (long b = 0; b < NB; ++b) {
+  for (long b = 0; b < blocks(R); ++b) {
     float* aw = dwpart + b * D;  // dyt: the partial buffers are always given
     float* ab = dbpart + b * D;
     std::memset(aw, 0, sizeof(float) * D);
@@ -475,7 +482,7 @@ void nl_rms_bwd(int dt, const void* dy, const void* x, const float* w, float off
                 long D, int nt) {
   NL_DISPATCH(dt, rms_bwd<T>(NL_T(dy), NL_T(x), w, off, rstd, NL_T(dsum), static_cast<T*>(dx),
                              dwpart, R, D, nt));
-  if (dw != nullptr) reduce_blocks(dwpart, dw, nullptr, nullptr, D, nt);
+  if (dw != nullptr) reduce_blocks(dwpart, dw, nullptr, nullptr, blocks(R), D, nt);
 }
 
 void nl_ln_fwd(int dt, const void* x, const void* res, const float* w, const float* b, float off,
@@ -489,7 +496,7 @@ void nl_ln_bwd(int dt, const void* dy, const void* x, const float* w, float off,
                float* dbpart, float* dw, float* db, long R, long D, int nt) {
   NL_DISPATCH(dt, ln_bwd<T>(NL_T(dy), NL_T(x), w, off, mean, rstd, NL_T(dsum),
                             static_cast<T*>(dx), dwpart, dbpart, R, D, nt));
-  if (dw != nullptr || db != nullptr) reduce_blocks(dwpart, dw, dbpart, db, D, nt);
+  if (dw != nullptr || db != nullptr) reduce_blocks(dwpart, dw, dbpart, db, blocks(R), D, nt);
 }
 
 void nl_dyt_fwd(int dt, const void* x, float alpha, const float* w, const float* b, void* y,
@@ -502,9 +509,9 @@ void nl_dyt_bwd(int dt, const void* dy, const void* x, float alpha, const float*
                 long R, long D, int nt) {
   NL_DISPATCH(dt, dyt_bwd<T>(NL_T(dy), NL_T(x), alpha, w, static_cast<T*>(dx), dwpart, dbpart,
                              dapart, R, D, nt));
-  if (dw != nullptr || db != nullptr) reduce_blocks(dwpart, dw, dbpart, db, D, nt);
+  if (dw != nullptr || db != nullptr) reduce_blocks(dwpart, dw, dbpart, db, blocks(R), D, nt);
   float s = 0.0f;
-  for (long b = 0; b < NB; ++b) s += dapart[b];
+  for (long b = 0; b < blocks(R); ++b) s += dapart[b];
   *da = s;
 }
 
