@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from normlab.claims.arms import Trained, run_arms
 from normlab.claims.common import seed_everything
@@ -34,7 +35,8 @@ from normlab.claims.core import (
     register_claim,
 )
 from normlab.papers import paper
-from normlab.training.policy import summarize_returns
+from normlab.rl import KalmanRewardNormalizer, RunningNormalizeReward, kalman_steady_state
+from normlab.training.policy import actor_critic_cartpole, reinforce_cartpole, summarize_returns
 
 __all__ = ["CLAIM", "run"]
 
@@ -47,10 +49,6 @@ _VAL_SEED = 1_000
 
 
 def _train(arm: str, params: Mapping[str, Any], config: Mapping[str, Any], seed: int):
-    import torch
-
-    from normlab.training.policy import actor_critic_cartpole, reinforce_cartpole
-
     torch.set_num_threads(1)
     seed_everything(seed)
     # the filter form (a free setting): the paper's per-step filter or the public code's
@@ -93,8 +91,6 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
 
 
 def _check_steady_state(config: Mapping[str, Any]) -> CheckOutcome:
-    from normlab.rl import KalmanRewardNormalizer, kalman_steady_state
-
     f = KalmanRewardNormalizer(q=config["q"], r=config["r"])
     f.update(np.linspace(0.0, 50.0, 500))
     k, p = kalman_steady_state(config["q"], config["r"])
@@ -104,8 +100,6 @@ def _check_steady_state(config: Mapping[str, Any]) -> CheckOutcome:
 
 def _check_gymnasium(config: Mapping[str, Any]) -> CheckOutcome:
     import gymnasium as gym
-
-    from normlab.rl import RunningNormalizeReward
 
     out = []
     for env in (
