@@ -17,10 +17,10 @@ LRS = [f"{lr:g}" for lr in CLAIM.config("quick")["report_lrs"]]
 def _m(small: float, large: float, saturation: float = 0.3, ln_small: float = 3.5) -> dict:
     table = {}
     for at in ("", *(f"@{lr}" for lr in LRS)):
-        table[f"ln-small{at}"] = {"val_bpb": ln_small}
-        table[f"ln-large{at}"] = {"val_bpb": 3.0}
-        table[f"dyt-small{at}"] = {"val_bpb": ln_small * small, "saturation": saturation}
-        table[f"dyt-large{at}"] = {"val_bpb": 3.0 * large, "saturation": saturation / 2}
+        table[f"ln-small{at}"] = {"test_bpb": ln_small}
+        table[f"ln-large{at}"] = {"test_bpb": 3.0}
+        table[f"dyt-small{at}"] = {"test_bpb": ln_small * small, "saturation": saturation}
+        table[f"dyt-large{at}"] = {"test_bpb": 3.0 * large, "saturation": saturation / 2}
     return {"table": table}
 
 

@@ -1,41 +1,25 @@
 """Claim "dyt-regime": DyT's benefit over LayerNorm is a regime-dependent regularization.
 
 The seed trains GPT-2-family models with LayerNorm or DyT on 1M to 118M tokens: DyT helps
-when data is scarce (many epochs over a small set, 49% of pre-tanh activations saturated)
-and hurts when data is plentiful (23% saturated). Here the same TinyGPT is trained for the
-same number of steps on a small slice of the corpus (seen for many epochs) and on a slice
-``data_ratio`` times larger, with LayerNorm and with DyT (alpha initialised at 2.0 as in
-the regime study), and compared on held-out bits per byte. The primary is the crossing as
-an intersection-union test of its two parts (DyT/LN held-out loss ratio below 1 - 2% at the
-small budget; above 1 + 2% at the large one): supported only when both are. Every arm's
-learning rate is tuned by the harness on the trainer's validation windows (quick: the two
-rates earlier reports used, {3e-3, 1e-2}, without edge extension, all quick's budget allows;
-full: {1e-3, 3e-3, 1e-2} with one extension), and scored on disjoint held-out
-windows; the crossing at each of the two fixed rates is reported beside it (measured before
-tuning with the earlier min() composite ``min(1 - r_small, r_large - 1)``: +0.0134 [0.0083,
-0.0185] at 3e-3 with saturation 0.000, -0.0066 at 1e-2). Premise: scarce data hurts the
-baseline (LayerNorm's held-out bpb is worse at the small budget), else there is no regime
-to cross. The mechanism needs DyT to saturate (the pre-tanh ``|alpha x| > 2`` in a
-measurable fraction of activations), a precondition of the saturation effect only; the lr
-is never chosen to make it hold. A diverged run counts as the uniform byte predictor.
+when data is scarce (49% of pre-tanh activations saturated) and hurts when it is plentiful
+(23%). Here one TinyGPT is trained for the same steps on a small slice of the corpus and one
+``data_ratio`` times larger, with LayerNorm and with DyT (alpha 2.0). The engine tunes each
+arm's lr on the trainer's "val" windows; the chosen models, and every arm at two fixed rates
+(before tuning: +0.0134 [0.0083, 0.0185] at 3e-3), are scored on the disjoint "test" split.
 
-normlab's choice: the DyT arm replaces the norms inside the blocks and keeps LayerNorm
-before the LM head. With a DyT there as well, TinyGPT at this width never gets past
-unigram statistics (measured: 4.48 validation bits per byte after 300 steps against 3.36
-for LayerNorm, at learning rates 6e-4 to 3e-3, alpha 0.05 to 2, tied or untied head): the
-residual stream grows into the tanh's saturation within about 20 steps, as the cheapest way
-to sharpen the logits, and every gradient upstream of the head vanishes.
+normlab's choice: LayerNorm stays before the LM head. With a DyT there too, this TinyGPT
+never gets past unigram statistics (4.48 validation bpb after 300 steps against 3.36 for
+LayerNorm; lr 6e-4 to 3e-3, alpha 0.05 to 2, tied or untied head): the residual stream grows
+into the tanh's saturation within ~20 steps and every gradient upstream of the head vanishes.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
-from normlab.claims.catalogue._lm_settings import HELD_OUT, UNIFORM_BPB, lm_free
+from normlab.claims.arms import Trained, run_arms
+from normlab.claims.catalogue._lm_settings import UNIFORM_BPB, lm_free, lm_trial, test_windows
 from normlab.claims.common import QUICK_GPT, seed_everything
 from normlab.claims.core import (
     Claim,
@@ -47,81 +31,51 @@ from normlab.claims.core import (
     cell,
     register_claim,
 )
-from normlab.claims.protocol import tune_arms
-from normlab.data.corpus import corpus, sample_batch
-from normlab.models.gpt import GPTConfig, TinyGPT
+from normlab.models.gpt import GPTConfig
 from normlab.papers import paper
 from normlab.probes.dyt import dyt_saturation
-from normlab.training.lm import LMTrainConfig, evaluate_bpb, train_lm
+from normlab.training.lm import LMTrainConfig, evaluate_bpb
 
 __all__ = ["CLAIM"]
 
 
-def _train_config(config: Mapping[str, Any], nbytes: int, lr: float) -> LMTrainConfig:
-    return LMTrainConfig(
-        steps=config["steps"],
-        batch=config["batch"],
-        lr=float(lr),
-        weight_decay=0.0,
-        warmup=config["steps"] // 10,
-        train_bytes=nbytes,
-        eval_every=max(1, config["steps"] // 5),
-        eval_batches=2,
-    )
-
-
-def _row(model: TinyGPT, log: dict, arm: str, config: Mapping[str, Any], seed: int) -> dict:
-    """Held-out bits per byte (windows disjoint from the selection's), and DyT statistics."""
-    held = {"batches": config["eval_batches"], "seed": HELD_OUT + seed}
-    row = {"val_bpb": UNIFORM_BPB if log.get("diverged") else evaluate_bpb(model, **held)}
-    row["train_bpb"] = log["train_bpb"][-1] if log["train_bpb"] else UNIFORM_BPB
-    if arm.startswith("dyt") and not log.get("diverged"):  # on fixed validation windows
-        x, _ = sample_batch(
-            corpus("val"), 8, model.config.context, torch.Generator().manual_seed(0)
-        )
-        dyt = dyt_saturation(model, x)
-        row.update(saturation=dyt.saturation, mean_abs_alpha_x=dyt.mean_abs_alpha_x)
-    return row
-
-
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """LN and DyT at a small and a large data budget, each arm's lr tuned on validation;
-    held-out bpb at the tuned lr and at every grid lr, and DyT saturation."""
+    """LN and DyT at two data budgets (lr tuned on validation), tested at each chosen lr."""
     seed_everything(seed)
     arch = {k: config[k] for k in ("d_model", "n_layers", "n_heads", "context")}
-    small = config["small_bytes"]
-    budgets = {"small": small, "large": small * config["data_ratio"]}
-    trials: dict[tuple[str, float], tuple[TinyGPT, dict]] = {}
+    held = {"batches": config["eval_batches"], "seed": seed}
+    curves: list[dict[str, Any]] = []  # validation curves, in the order tested
 
-    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, Any]:
+    def train(arm: str, params: dict[str, Any], seed: int) -> Trained:
         norm, budget = arm.split("-")
+        nbytes = config["small_bytes"] * (config["data_ratio"] if budget == "large" else 1)
         gpt = GPTConfig(norm="layernorm" if norm == "ln" else "dyt-regime",
                         final_norm="layernorm", **arch)  # fmt: skip
-        model, log = train_lm(gpt, _train_config(config, budgets[budget], params["lr"]), seed)
-        trials[(arm, float(params["lr"]))] = (model, log)
-        return (math.inf if log.get("diverged") else float(log["val_bpb"][-1])), (model, log)
+        steps = config["steps"]
+        tc = LMTrainConfig(steps=steps, batch=config["batch"], lr=float(params["lr"]),
+                           weight_decay=0.0, warmup=steps // 10, train_bytes=nbytes,
+                           eval_every=max(1, steps // 5), eval_batches=2)  # fmt: skip
+        return lm_trial(gpt, tc, seed)  # a grid trial again is read from the model cache
 
-    # reference: the uniform byte predictor's 8 bits per byte (evaluate's unit)
-    tuned, records = tune_arms(config, evaluate, reference=UNIFORM_BPB)
-    table: dict[str, dict[str, float]] = {}
-    curves: dict[str, Any] = {}
-    diverged: dict[str, Any] = {}
-    for arm, t in tuned.items():
-        model, log = t.result
-        table[arm] = {**_row(model, log, arm, config, seed), "lr": t.chosen["lr"]}
-        curves[arm] = {"step": log["eval_step"], "val_bpb": log["val_bpb"]}
-        if log.get("diverged"):
-            diverged[arm] = log["diverged"]
+    def test(arm: str, t: Trained) -> dict[str, float]:
+        model, log = t.model
+        curves.append({"step": log["eval_step"], "val_bpb": log["val_bpb"]})
+        out = {"test_bpb": UNIFORM_BPB if t.diverged else evaluate_bpb(model, "test", **held)}
+        out["train_bpb"] = log["train_bpb"][-1] if log["train_bpb"] else UNIFORM_BPB
+        if arm.startswith("dyt") and not t.diverged:
+            dyt = dyt_saturation(model, test_windows(8, config["context"], 0)[0])  # fixed
+            out.update(saturation=dyt.saturation, mean_abs_alpha_x=dyt.mean_abs_alpha_x)
+        return out
+
+    m = run_arms(config, seed, train, test, reference=UNIFORM_BPB)  # the uniform predictor
+    m["curves"] = dict(zip(m["table"], curves, strict=True))  # the tuned arms' only
     for lr in config["report_lrs"]:  # every arm at each reported lr (a grid trial)
-        for arm in tuned:
-            if (arm, float(lr)) not in trials:
-                evaluate(arm, {"lr": lr})
-            model, log = trials[(arm, float(lr))]
-            table[f"{arm}@{lr:g}"] = _row(model, log, arm, config, seed)
-            if log.get("diverged"):
-                diverged[f"{arm}@{lr:g}"] = log["diverged"]
-    out = {"table": table, "curves": curves, "tuning": records}
-    return {**out, "diverged": diverged} if diverged else out
+        for arm in list(m["curves"]):
+            t = train(arm, {"lr": lr}, seed)
+            m["table"][f"{arm}@{lr:g}"] = test(arm, t)
+            if t.diverged:
+                m["diverged"][f"{arm}@{lr:g}"] = dict(t.diverged)
+    return m
 
 
 def _figure(measurements: Sequence[dict[str, Any]]):
@@ -131,22 +85,13 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     for name in measurements[0]["curves"]:
         style = "-" if name.startswith("ln") else "--"
         colour = "C0" if name.endswith("small") else "C1"
-        for k, m in enumerate(measurements):
-            c = m["curves"][name]
+        for k, c in enumerate(m["curves"][name] for m in measurements):
             ax.plot(c["step"], c["val_bpb"], style, color=colour, alpha=0.7,
                     label=name if k == 0 else None)  # fmt: skip
-    ax.set_xlabel("step")
-    ax.set_ylabel("validation bits per byte")
+    ax.set(xlabel="step", ylabel="validation bits per byte")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
-
-
-def _ratio(budget: str, lr: str = "") -> Any:
-    at = f"@{lr}" if lr else ""
-    return lambda m: (
-        cell(m, f"dyt-{budget}{at}", "val_bpb") / cell(m, f"ln-{budget}{at}", "val_bpb")
-    )
 
 
 _RATIO_MARGIN = Margin(
@@ -154,36 +99,27 @@ _RATIO_MARGIN = Margin(
     "normlab's choice: a 2% loss difference, an order of magnitude below the seed's "
     "-27.3% / +18.8% and above a quick TinyGPT's seed-to-seed spread",
 )
-_IF_DIVERGED = {"val_bpb": UNIFORM_BPB}
+_IF_DIVERGED = {"test_bpb": UNIFORM_BPB}
+#: budget -> (part, description, sign of 1 - DyT/LN): DyT wins small and loses large.
+_PARTS = {
+    "small": ("small_budget_benefit", "1 - DyT/LN test loss ratio at the small budget", 1.0),
+    "large": ("large_budget_penalty", "DyT/LN test loss ratio at the large budget - 1", -1.0),
+}
 
 
-def _parts(lr: str = "") -> tuple[Effect, Effect]:
-    """The crossing's two parts: DyT wins at the small budget, loses at the large one."""
+def _part(budget: str, lr: str = "") -> Effect:
+    name, what, sign = _PARTS[budget]
     at = f"@{lr}" if lr else ""
-    where = f" at lr {lr}" if lr else " (each arm at its tuned lr)"
-    small = _ratio("small", lr)
-    large = _ratio("large", lr)
-    return (
-        Effect(
-            "small_budget_benefit" + (f"_lr{lr}" if lr else ""),
-            "1 - DyT/LN held-out loss ratio at the small budget" + where,
-            lambda m: 1.0 - small(m),
-            direction="greater",
-            margin=_RATIO_MARGIN,
-            method=f"dyt-small{at}",
-            baseline=f"ln-small{at}",
-            if_diverged=_IF_DIVERGED,
-        ),
-        Effect(
-            "large_budget_penalty" + (f"_lr{lr}" if lr else ""),
-            "DyT/LN held-out loss ratio at the large budget - 1" + where,
-            lambda m: large(m) - 1.0,
-            direction="greater",
-            margin=_RATIO_MARGIN,
-            method=f"dyt-large{at}",
-            baseline=f"ln-large{at}",
-            if_diverged=_IF_DIVERGED,
-        ),
+    ln, dyt = f"ln-{budget}{at}", f"dyt-{budget}{at}"
+    return Effect(
+        name + (f"_lr{lr}" if lr else ""),
+        what + (f" at lr {lr}" if lr else " (each arm at its tuned lr)"),
+        lambda m: sign * (1.0 - cell(m, dyt, "test_bpb") / cell(m, ln, "test_bpb")),
+        direction="greater",
+        margin=_RATIO_MARGIN,
+        method=dyt,
+        baseline=ln,
+        if_diverged=_IF_DIVERGED,
     )
 
 
@@ -192,20 +128,20 @@ def _crossing(name: str, lr: str = "") -> Effect:
     return Effect(
         name,
         "DyT beats LayerNorm at the small budget and loses to it at the large one"
-        + where
-        + " (intersection-union test of the two parts)",
+        f"{where} (intersection-union test of the two parts)",
         None,
         direction="greater",
         margin=_RATIO_MARGIN,
-        parts=_parts(lr),
+        parts=(_part("small", lr), _part("large", lr)),
     )
 
 
 _REPORT_LRS = (3e-3, 1e-2)
 _ARMS = ["ln-small", "dyt-small", "ln-large", "dyt-large"]
-#: Both learning rates the earlier reports used, for every arm (a two-point grid: the
-#: choice is always on an edge, so quick extends it one step along the edge it chose).
+#: Both rates earlier reports used, for every arm (two points: always an edge; quick extends).
 _SEARCH = {"arms": _ARMS, "space": {"lr": list(_REPORT_LRS)}, "extend": 0}
+_FULL_SEARCH = {"arms": _ARMS, "space": {"lr": [1e-3, 3e-3, 1e-2]}}
+_FULL_GPT = {"d_model": 128, "n_layers": 4, "n_heads": 4, "context": 128}
 
 CLAIM = register_claim(
     Claim(
@@ -223,11 +159,7 @@ CLAIM = register_claim(
                 "DyT saturated fraction (|alpha x| > 2) at the small minus the large budget",
                 lambda m: cell(m, "dyt-small", "saturation") - cell(m, "dyt-large", "saturation"),
                 direction="greater",
-                margin=Margin(
-                    0.02,
-                    "normlab's choice: 2 points of saturated fraction, a tenth of the seed's "
-                    "49% vs 23%",
-                ),
+                margin=Margin(0.02, "normlab's choice: 2 points, a tenth of the seed's 49%/23%"),
                 method="dyt-small",
                 baseline="dyt-large",
             ),
@@ -235,9 +167,9 @@ CLAIM = register_claim(
         premises=(
             Premise(
                 "scarce_data_hurts_ln",
-                "the regime exists in the baseline: LayerNorm's held-out bpb at the small "
+                "the regime exists in the baseline: LayerNorm's test bpb at the small "
                 "budget minus at the large one (few bytes seen many times overfit)",
-                lambda m: cell(m, "ln-small", "val_bpb") - cell(m, "ln-large", "val_bpb"),
+                lambda m: cell(m, "ln-small", "test_bpb") - cell(m, "ln-large", "test_bpb"),
                 direction="greater",
                 margin=Margin(0.05, "normlab's choice: 0.05 bpb, several seed-to-seed spreads"),
                 unit="bpb",
@@ -269,8 +201,7 @@ CLAIM = register_claim(
                 "tuned crossing (the primary never reads them)",
             ),
         ),
-        # the epochs over the small slice decide whether DyT's regularisation can pay (at
-        # 600 quick steps one seed crossed); data_ratio 32 and 128 left it contradicted
+        # epochs of the small slice decide: 600 steps crossed once; ratio 32, 128 contradicted
         decisive="steps",
         headline=(
             "GPT-2 64M: DyT -27.3% val loss at 1M tokens, +18.8% at 118M; saturation 49% vs 23%."
@@ -278,57 +209,35 @@ CLAIM = register_claim(
         setup=(
             "Byte-level TinyGPT (pre-norm) with LayerNorm or DyT (alpha init 2.0) in every "
             "block (LayerNorm before the head in both: a DyT there stalls TinyGPT at unigram "
-            "statistics), same steps, each arm's lr tuned on validation over {3e-3, 1e-2} "
-            "(no edge extension at quick), trained on the first `small_bytes` of the stdlib "
-            "corpus or `data_ratio` times more; held-out bits per byte."
+            "statistics), same steps, each arm's lr tuned on validation over {3e-3, 1e-2} (+1 "
+            "edge step at quick), trained on the first `small_bytes` of the stdlib corpus or "
+            "`data_ratio` times more; test bits per byte."
         ),
         scale_note=(
-            "The seed's budgets are 1M-118M tokens on 64M+ parameter models; quick uses "
-            "8 KB vs 512 KB on a 0.1M-parameter TinyGPT for 200 steps of batch 8 (12 "
-            "epochs of the small slice), so only the sign pattern carries over (at 600 "
-            "steps one seed crossed, 0.885 / 1.093). Quick's budget (7 seeds, which the "
-            "intersection-union primary's null calibration needs) allows 8 runs of 200 "
-            "steps per seed: the two grid rates, no edge extension (an edge choice is "
-            "flagged); full tunes over three rates with one extension, 1500 steps."
+            "The seed's budgets are 1M-118M tokens on 64M+ parameter models; quick uses 8 KB "
+            "vs 512 KB on a 0.1M-parameter TinyGPT for 200 steps of batch 8 (12 epochs of the "
+            "small slice), so only the sign pattern carries over (at 600 steps one seed "
+            "crossed, 0.885 / 1.093). Quick's budget (7 seeds, which the intersection-union "
+            "primary's null calibration needs) allows 12 runs of 200 steps per seed: the two "
+            "grid rates and one edge step; full tunes three rates (one extension), 1500 steps."
         ),
         configs={
-            "smoke": {
-                "seeds": 1,
-                **QUICK_GPT,
-                "d_model": 32,
-                "steps": 8,
-                "batch": 4,
-                "search": _SEARCH,
+            scale: {
+                "seeds": seeds,
+                **gpt,
+                "steps": steps,
+                "batch": batch,
+                "search": search,
                 "report_lrs": list(_REPORT_LRS),
-                "small_bytes": 4096,
-                "data_ratio": 16,
-                "eval_batches": 1,
-            },
-            "quick": {
-                "seeds": 7,
-                **QUICK_GPT,
-                "steps": 200,
-                "batch": 8,
-                "search": {**_SEARCH, "extend": 1},
-                "report_lrs": list(_REPORT_LRS),
-                "small_bytes": 8192,
-                "data_ratio": 64,
-                "eval_batches": 8,
-            },
-            "full": {
-                "seeds": 5,
-                "d_model": 128,
-                "n_layers": 4,
-                "n_heads": 4,
-                "context": 128,
-                "steps": 1500,
-                "batch": 32,
-                "search": {"arms": _ARMS, "space": {"lr": [1e-3, 3e-3, 1e-2]}},
-                "report_lrs": list(_REPORT_LRS),
-                "small_bytes": 65_536,
-                "data_ratio": 128,
-                "eval_batches": 16,
-            },
+                "small_bytes": small,
+                "data_ratio": ratio,
+                "eval_batches": evals,
+            }
+            for scale, seeds, gpt, steps, batch, search, small, ratio, evals in (
+                ("smoke", 1, {**QUICK_GPT, "d_model": 32}, 8, 4, _SEARCH, 4096, 16, 1),
+                ("quick", 7, QUICK_GPT, 200, 8, {**_SEARCH, "extend": 1}, 8192, 64, 8),
+                ("full", 5, _FULL_GPT, 1500, 32, _FULL_SEARCH, 65_536, 128, 16),
+            )
         },
         run=run,
         figure=_figure,
