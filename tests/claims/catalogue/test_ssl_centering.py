@@ -7,7 +7,9 @@ import math
 import pytest
 import torch
 
-from normlab.claims.catalogue.ssl_centering import CLAIM
+from normlab.claims import get_claim
+
+CLAIM = get_claim("ssl-centering")
 
 
 def _m(none, center, prior, nmi_c=0.7, nmi_p=0.7):
