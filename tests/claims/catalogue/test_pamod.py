@@ -8,8 +8,14 @@ import math
 import pytest
 import torch
 
-from normlab.claims.catalogue.pamod import CLAIM, COMPARISON, METHODS, ROLES
+from normlab.claims import get_claim
 from normlab.series import CalendarRevIN
+
+CLAIM = get_claim("pamod")
+METHODS = ("revin", "revin-calendar", "pamod")
+COMPARISON = ("san", "fan", "dishts")
+ROLES = {"cyclic": "synthetic", "vic_elec_hourly": "demand", "epf_prices": "prices"}
+ROLES["cyclic_control"] = "control"
 
 
 def test_smoke_run_has_every_series_and_method(smoke_measurement):
@@ -22,6 +28,10 @@ def test_smoke_run_has_every_series_and_method(smoke_measurement):
     for method in COMPARISON:
         assert m["table"][f"demand/{method}"]["mse"] > 0
     assert all(r["grid_trials"] == 1 for r in m["tuning"].values())
+    # one tuning record per table arm, so the learned premise gates the effects reading it
+    assert set(m["tuning"]) == set(m["table"])
+    assert set(m["tuning"]["demand/pamod"]["configs"]) == {"vic_elec_hourly/H96/linear"}
+    assert {k for k in m["per_config"]} == {f"{n}/H96/linear" for n in ROLES}
     for tables in m["tables"].values():
         assert len(tables["phase"]) == len(tables["amplitude"]) == 168
 
@@ -56,26 +66,31 @@ def _table(pamod, revin, control):
 
 def test_effects_take_both_signs_on_constructed_tables():
     good, bad = _table(0.8, 1.0, 0.99), _table(1.2, 1.0, 1.2)
-    for effect in CLAIM.effects:
+    for effect in (e for top in CLAIM.effects for e in top.parts or (top,)):
         assert effect.fn(good) < 0 < effect.fn(bad), effect.name
 
 
 def test_an_arm_whose_every_run_diverged_is_recorded_and_counts_as_the_mean(monkeypatch):
-    import normlab.claims.catalogue.pamod as module
-    from normlab.claims.rule import with_divergence
+    import normlab.training.forecast as forecast
+    from normlab.claims.rule import learned_premises, with_divergence
 
-    real = module.fit_and_test
+    real = forecast.train_forecaster
 
-    def diverging(method, *args, **kwargs):
-        model, result, test = real(method, *args, **kwargs)
-        if method == "pamod":  # as if its loss had turned non-finite at step 3
+    def diverging(model, *args, **kwargs):
+        result = real(model, *args, **kwargs)
+        if type(model.norm).__name__ == "PAMod":  # as if its loss had turned non-finite
             result = dataclasses.replace(result, diverged={"step": 3, "last": None})
-        return model, result, test
+        return result
 
-    monkeypatch.setattr(module, "fit_and_test", diverging)
+    monkeypatch.setattr(forecast, "train_forecaster", diverging)
     config = {**CLAIM.config("smoke"), "cyclic": ["vic_elec_hourly"], "control": []}
-    m = module.run(config, 0)
+    m = CLAIM.run(config, 0)
     assert m["diverged"] == {"demand/pamod": {"step": 3, "last": None}}
+    assert m["tuning"]["demand/pamod"]["val"] is None
+    (pamod,) = (
+        p for p in learned_premises([m], CLAIM.effects) if p.name == "demand/pamod_learned"
+    )
+    assert not pamod.held and CLAIM.primary.name in pamod.gates
     primary = CLAIM.primary
     counted = primary.fn(with_divergence(m, primary.if_diverged))
     assert counted == pytest.approx(-math.log10(m["table"]["demand/revin-calendar"]["mse"]))
