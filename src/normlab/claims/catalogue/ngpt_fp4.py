@@ -42,10 +42,19 @@ from typing import Any
 
 import torch
 
+from normlab.claims.arms import Trained, run_arms
 from normlab.claims.catalogue._lm_settings import UNIFORM_BPB, lm_free
 from normlab.claims.common import loglog_slope, seed_everything
-from normlab.claims.core import Claim, Effect, FreeSetting, Margin, Premise, cell, register_claim
-from normlab.claims.protocol import tune_arms
+from normlab.claims.core import (
+    Claim,
+    Effect,
+    FreeSetting,
+    Margin,
+    Premise,
+    cell,
+    difference,
+    register_claim,
+)
 from normlab.data.corpus import corpus, sample_batch
 from normlab.models.gpt import GPTConfig
 from normlab.papers import paper
@@ -56,7 +65,7 @@ from normlab.training.lm import LMTrainConfig, evaluate_bpb, train_lm
 
 __all__ = ["CLAIM"]
 
-MODELS = ("tinygpt", "ngpt")
+_MODELS = ("tinygpt", "ngpt")
 
 
 def _train_config(config: Mapping[str, Any], lr: float, ngpt: bool) -> LMTrainConfig:
@@ -95,76 +104,70 @@ def _fp4_forward(config: Mapping[str, Any], name: str) -> dict[str, QuantFormat]
 
 
 def _arms(config: Mapping[str, Any]) -> list[str]:
-    """The tuned arms: one per architecture and width, ``"<model>-d<width>"``."""
-    return [f"{name}-d{w}" for name in MODELS for w in config["widths"]]
+    """The tuned arms, one per architecture and width: ``"<model>-d<width>"``, the widest
+    ``"<model>-wide"`` (the primary's arms, named alike at every scale and width)."""
+    widest = max(config["widths"])
+    return [f"{n}-{'wide' if w == widest else f'd{w}'}" for n in _MODELS for w in config["widths"]]
+
+
+def _split(arm: str, config: Mapping[str, Any]) -> tuple[str, int]:
+    name, width = arm.rsplit("-", 1)
+    return name, max(config["widths"]) if width == "wide" else int(width[1:])
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """Tune each (architecture, width) in fp32, train its NVFP4 twin at the chosen lr."""
     seed_everything(seed)
     held = {"split": "test", "batches": config["eval_batches"], "batch": 8, "seed": seed}
+    g = torch.Generator().manual_seed(40_000 + seed)
+    probe, _ = sample_batch(corpus("test"), config["probe_sequences"], config["context"], g)
+    twins: dict[str, dict[str, float]] = {}  # each arm's NVFP4 twin, "<arm>-fp4"
+    fp4_diverged: dict[str, Any] = {}
 
-    def evaluate(arm: str, params: dict[str, Any]) -> tuple[float, Any]:
-        name, width = arm.rsplit("-d", 1)
-        gpt = _gpt(config, name, int(width))
-        model, log = train_lm(gpt, _train_config(config, params["lr"], name == "ngpt"), seed)
-        return (math.inf if log.get("diverged") else float(log["val_bpb"][-1])), (model, log)
+    def train(arm: str, params: dict[str, Any], training_seed: int) -> Trained:
+        name, width = _split(arm, config)
+        tc = _train_config(config, params["lr"], name == "ngpt")
+        model, log = train_lm(_gpt(config, name, width), tc, training_seed)
+        val = math.inf if log.get("diverged") else float(log["val_bpb"][-1])
+        return Trained(val, (model, tc, training_seed), log.get("diverged"))
 
-    # reference: the uniform byte predictor's 8 bits per byte (evaluate's unit)
-    tuned, records = tune_arms(config, evaluate, _arms(config), reference=UNIFORM_BPB)
-    table: dict[str, dict[str, float]] = {}
-    diverged: dict[str, Any] = {}
-    curves: dict[str, Any] = {"widths": list(config["widths"])}
-    probe, _ = sample_batch(
-        corpus("test"), config["probe_sequences"], config["context"],
-        torch.Generator().manual_seed(40_000 + seed),
-    )  # fmt: skip
-    widest = max(config["widths"])
-    for name in MODELS:
-        curves[name] = {"snr_db": []}
-        for width in config["widths"]:
-            t = tuned[f"{name}-d{width}"]
-            lr = t.chosen["lr"]
-            fp32, log32 = t.result
-            tc = _train_config(config, lr, name == "ngpt")
-            fp4, log4 = train_lm(_gpt(config, name, width), _fp4(config, tc, name), seed)
-            rows = {}
-            if log32.get("diverged"):
-                rows["fp32"] = {"bpb": UNIFORM_BPB, "snr_db": math.nan}
-                diverged[f"{name}-d{width}-fp32"] = log32["diverged"]
-            else:
-                snr = gemm_snr_profile(fp32, probe, [width])[0]
-                rows["fp32"] = {"bpb": evaluate_bpb(fp32, **held), "snr_db": snr}
-            if log4.get("diverged"):
-                rows["fp4"] = {"bpb": UNIFORM_BPB}
-                diverged[f"{name}-d{width}-fp4"] = log4["diverged"]
-            else:
-                with quantized(fp4, "nvfp4", **_fp4_forward(config, name)):
-                    rows["fp4"] = {"bpb": evaluate_bpb(fp4, **held)}
-            for precision, row in rows.items():
-                table[f"{name}-d{width}-{precision}"] = {**row, "lr": lr}
-                if width == widest:  # the primary's rows, named for every scale alike
-                    table[f"{name}-wide-{precision}"] = {**row, "lr": lr}
-                    key = f"{name}-d{width}-{precision}"
-                    if key in diverged:
-                        diverged[f"{name}-wide-{precision}"] = diverged[key]
-            curves[name]["snr_db"].append(rows["fp32"]["snr_db"])
-        snr = [10 ** (v / 10) for v in curves[name]["snr_db"]]
-        if len(snr) > 1:  # the growth with width needs two widths (full scale)
+    def test(arm: str, trained: Trained) -> dict[str, float]:
+        (fp32, tc, training_seed), (name, width) = trained.model, _split(arm, config)
+        fp4, log4 = train_lm(_gpt(config, name, width), _fp4(config, tc, name), training_seed)
+        row, twin = {"bpb": UNIFORM_BPB, "snr_db": math.nan}, {"bpb": UNIFORM_BPB}
+        if trained.diverged is None:
+            snr = gemm_snr_profile(fp32, probe, [width])[0]
+            row = {"bpb": evaluate_bpb(fp32, **held), "snr_db": snr}
+        if log4.get("diverged"):
+            fp4_diverged[f"{arm}-fp4"] = log4["diverged"]
+        else:
+            with quantized(fp4, "nvfp4", **_fp4_forward(config, name)):
+                twin["bpb"] = evaluate_bpb(fp4, **held)
+        twins[f"{arm}-fp4"] = {**twin, "lr": tc.lr}
+        return row
+
+    # reference: the uniform byte predictor's 8 bits per byte (the validation unit)
+    m = run_arms(config, seed, train, test, reference=UNIFORM_BPB, arms=_arms(config))
+    m["table"] |= twins
+    m["diverged"] |= fp4_diverged
+    if len(config["widths"]) > 1:  # the growth with width needs two widths (full scale)
+        for name in _MODELS:
+            snr = [10 ** (cell(m, a, "snr_db") / 10) for a in _arms(config) if a.startswith(name)]
             finite = all(map(math.isfinite, snr))
-            table[name] = {"snr_width_slope": loglog_slope(config["widths"], snr) if finite
-                           else math.nan}  # fmt: skip
-    out = {"table": table, "curves": curves, "tuning": records}
-    return {**out, "diverged": diverged} if diverged else out
+            slope = loglog_slope(config["widths"], snr) if finite else math.nan
+            m["table"][name] = {"snr_width_slope": slope}
+    return {**m, "curves": {"widths": list(config["widths"])}}
 
 
-def _gap(m: Mapping[str, Any], name: str, width: str) -> float:
-    return cell(m, f"{name}-{width}-fp4", "bpb") - cell(m, f"{name}-{width}-fp32", "bpb")
+def _gap(m: Mapping[str, Any], arm: str) -> float:
+    """NVFP4 minus fp32 bits per byte of ``arm`` (its twin's row is ``"<arm>-fp4"``)."""
+    return cell(m, f"{arm}-fp4", "bpb") - cell(m, arm, "bpb")
 
 
-def _widths(m: Mapping[str, Any]) -> list[int]:
-    keys = [k for k in m["table"] if k.startswith("ngpt-d") and k.endswith("-fp32")]
-    return sorted(int(k.split("-")[1][1:]) for k in keys)
+def _by_width(m: Mapping[str, Any], name: str) -> list[str]:
+    """``name``'s arms in the table, narrowest first (``-wide`` last)."""
+    arms = [a for a in m["table"] if a.startswith(f"{name}-d") and not a.endswith("-fp4")]
+    return [*sorted(arms, key=lambda a: int(a.rsplit("-d", 1)[1])), f"{name}-wide"]
 
 
 def _figure(measurements: Sequence[dict[str, Any]]):
@@ -172,13 +175,13 @@ def _figure(measurements: Sequence[dict[str, Any]]):
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     widths = measurements[0]["curves"]["widths"]
-    for j, name in enumerate(MODELS):
+    for j, name in enumerate(_MODELS):
         for k, m in enumerate(measurements):
             label = name if k == 0 else None
-            gaps = [_gap(m, name, f"d{w}") for w in widths]
+            gaps = [_gap(m, a) for a in _by_width(m, name)]
             axes[0].semilogx(widths, gaps, "o-", color=f"C{j}", alpha=0.6, label=label, base=2)
-            axes[1].semilogx(widths, m["curves"][name]["snr_db"], "o-", color=f"C{j}",
-                             alpha=0.6, label=label, base=2)  # fmt: skip
+            snr = [cell(m, a, "snr_db") for a in _by_width(m, name)]
+            axes[1].semilogx(widths, snr, "o-", color=f"C{j}", alpha=0.6, label=label, base=2)
     axes[0].axhline(0.0, color="k", lw=0.5)
     axes[0].set(xlabel="width d_model", ylabel="NVFP4 - fp32 test bits per byte")
     axes[1].set(xlabel="width d_model", ylabel="NVFP4 GEMM SNR at k = d (dB)")
@@ -206,7 +209,6 @@ _GAP_MARGIN = Margin(
     "normlab's choice: 0.01 bpb, about the seed-to-seed spread of a quick TinyGPT's loss "
     "(the seed reports stability, not a number)",
 )
-_PRE = "pre-LN TinyGPT at the same width"
 
 
 def _configs() -> dict[str, dict[str, Any]]:
@@ -220,7 +222,7 @@ def _configs() -> dict[str, dict[str, Any]]:
             "steps": 3,
             "widths": (16, 32),
             "search": {
-                "arms": ["tinygpt-d16", "tinygpt-d32", "ngpt-d16", "ngpt-d32"],
+                "arms": ["tinygpt-d16", "tinygpt-wide", "ngpt-d16", "ngpt-wide"],
                 "space": {"lr": [1e-2]},
             },
             "probe_sequences": 4,
@@ -232,9 +234,9 @@ def _configs() -> dict[str, dict[str, Any]]:
             "context": 32,
             "steps": 200,
             "widths": (64,),
-            # arms at the widths' neighbours too (robustness); only config["widths"] train
+            # the widest width's arm is "<model>-wide" at any width (robustness: 32, 128)
             "search": {
-                "arms": [f"{n}-d{w}" for n in MODELS for w in (32, 64, 128)],
+                "arms": [f"{n}-wide" for n in _MODELS],
                 "space": {"lr": _LRS},
                 "extend": 1,
             },
@@ -250,7 +252,7 @@ def _configs() -> dict[str, dict[str, Any]]:
             "steps": 2000,
             "widths": (64, 128, 256),
             "search": {
-                "arms": [f"{n}-d{w}" for n in MODELS for w in (64, 128, 256)],
+                "arms": [f"{n}-{w}" for n in _MODELS for w in ("d64", "d128", "wide")],
                 "space": {"lr": [2e-3, 4e-3, 8e-3, 1.6e-2]},
             },
             "probe_sequences": 64,
@@ -263,17 +265,12 @@ _CONFIGS = _configs()
 
 
 def _narrowest_gap(m: Mapping[str, Any]) -> float:
-    w = f"d{_widths(m)[0]}"
-    return _gap(m, "ngpt", w) - _gap(m, "tinygpt", w)
-
-
-def _widest_snr(m: Mapping[str, Any]) -> float:
-    return cell(m, "ngpt-wide-fp32", "snr_db") - cell(m, "tinygpt-wide-fp32", "snr_db")
+    return _gap(m, _by_width(m, "ngpt")[0]) - _gap(m, _by_width(m, "tinygpt")[0])
 
 
 _IF_DIVERGED = {"bpb": UNIFORM_BPB}
 _FULL = ("full",)
-_WIDE = (("ngpt-wide-fp4", "tinygpt-wide-fp4"), ("ngpt-wide-fp32", "tinygpt-wide-fp32"))
+_WIDE = (("ngpt-wide-fp4", "tinygpt-wide-fp4"), ("ngpt-wide", "tinygpt-wide"))
 
 
 CLAIM = register_claim(
@@ -289,11 +286,11 @@ CLAIM = register_claim(
             "gap_smaller",
             "nGPT's NVFP4 - fp32 test bits per byte minus pre-LN's, at the widest width "
             "(a diverged run counts as the uniform predictor)",
-            lambda m: _gap(m, "ngpt", "wide") - _gap(m, "tinygpt", "wide"),
+            lambda m: _gap(m, "ngpt-wide") - _gap(m, "tinygpt-wide"),
             direction="less",
             margin=_GAP_MARGIN,
-            method="ngpt",
-            baseline=_PRE,
+            method="ngpt-wide",
+            baseline="tinygpt-wide",
             unit="bpb",
             if_diverged=_IF_DIVERGED,
             exchangeable=_WIDE,
@@ -305,20 +302,19 @@ CLAIM = register_claim(
                 _narrowest_gap,
                 direction="less",
                 margin=_GAP_MARGIN,
-                baseline=_PRE,
                 unit="bpb",
                 if_diverged=_IF_DIVERGED,
                 scales=_FULL,
             ),
-            Effect(
+            difference(
                 "snr_higher",
                 "nGPT's NVFP4 SNR at k = d_model minus pre-LN's, at the widest width",
-                _widest_snr,
+                "ngpt-wide",
+                "tinygpt-wide",
+                "snr_db",
                 direction="greater",
                 margin=Margin(0.5, "normlab's choice: 0.5 dB, a 12% higher SNR"),
-                baseline=_PRE,
                 unit="dB",
-                exchangeable=(_WIDE[1],),
             ),
             Effect(
                 "snr_advantage_grows",
@@ -333,7 +329,6 @@ CLAIM = register_claim(
                     "normlab's choice: SNR ~ d^0.1 more, 15% per 4x width; the seed gives "
                     "no number",
                 ),
-                baseline="pre-LN TinyGPT's slope",
                 scales=_FULL,
             ),
         ),
@@ -341,7 +336,7 @@ CLAIM = register_claim(
             Premise(
                 "nvfp4_hurts_baseline",
                 "pre-LN's NVFP4 - fp32 test bits per byte at the widest width",
-                lambda m: _gap(m, "tinygpt", "wide"),
+                lambda m: _gap(m, "tinygpt-wide"),
                 direction="greater",
                 margin=_GAP_MARGIN,
                 unit="bpb",
