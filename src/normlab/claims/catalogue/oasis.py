@@ -14,8 +14,9 @@ at ``b = 0`` alone (beta = 0.69) still left it at 0.705 after 250 steps. Here ``
 at 0 and trains in its own AdamW group at ``beta_lr_scale`` (30) times the learning rate
 (``LMTrainConfig.lr_multipliers``), so beta can move by order 1 (measured at d = 64, 2
 layers, 400 steps: 0.69 -> 1.88); beta's trajectory over training is recorded. Each is
-measured on fixed validation windows: outliers of the states entering each block and the
-head (:func:`~normlab.probes.outliers.outlier_stats`), sinks
+measured on fixed test windows (the corpus's ``test`` split, disjoint files): outliers of
+the states entering each block and the head
+(:func:`~normlab.probes.outliers.outlier_stats`), sinks
 (:func:`~normlab.probes.sinks.sink_stats`), and bits per byte in full precision, under
 Bondarenko's per-tensor W8A8 (static min-max activation ranges calibrated on training
 windows, asymmetric activations, symmetric weights), and under W4A4 (per-channel weights x
@@ -130,7 +131,7 @@ def _trajectory(
     """Average kurtosis, max inf-norm and sink score of variant ``name`` at each stored
     snapshot and at the end of training."""
     gpt, tc = _variant_config(name, config), _train_config(config, name)
-    probe = _windows("val", config["probe_sequences"], gpt.context, 20_000 + seed)
+    probe = _windows("test", config["probe_sequences"], gpt.context, 20_000 + seed)
     out: dict[str, list[float]] = {"step": [], "avg_kurtosis": [], "max_inf_norm": [],
                                    "sink_score": []}  # fmt: skip
     for step in (*tc.snapshots, tc.steps):
@@ -151,12 +152,12 @@ def _windows(split: str, n: int, context: int, seed: int) -> torch.Tensor:
 def _measure(model: TinyGPT, config: Mapping[str, Any], seed: int) -> dict[str, float]:
     """Outliers, sinks and FP / W8A8 / W4A4 bits per byte of one trained model."""
     context = model.config.context
-    probe = _windows("val", config["probe_sequences"], context, 20_000 + seed)
+    probe = _windows("test", config["probe_sequences"], context, 20_000 + seed)
     outliers = outlier_stats(model, probe.split(8))
     sinks = sink_stats(model, probe.split(8))
     probs = adapt(model).trace(probe[:8], attention=True).attention
     routers = [m for m in model.modules() if isinstance(m, AttnResidual) and m.null_coupling]
-    evaluate = {"batches": config["eval_batches"], "batch": 8, "seed": seed}
+    evaluate = {"split": "test", "batches": config["eval_batches"], "batch": 8, "seed": seed}
     row = {
         "max_inf_norm": outliers.max_inf_norm,
         "avg_kurtosis": outliers.avg_kurtosis,
@@ -463,7 +464,7 @@ CLAIM = register_claim(
             "AdamW at lr 6e-3 without weight decay, the outlier-favouring setting) in each "
             "variant trained on identical batches; OASIS's raw coupling starts at 0 and trains "
             "at 30x the learning rate; outliers on the states entering each block and the "
-            "head, sinks (Gu et al., eps = 0.3) and bits per byte on fixed validation "
+            "head, sinks (Gu et al., eps = 0.3) and bits per byte on fixed test "
             "windows; W8A8 per-tensor with calibrated static ranges, W4A4 per channel x per "
             "token."
         ),
