@@ -6,6 +6,7 @@ from normlab.surgery.fold_detect import FoldAnalysis, FoldSite, analyze_fold, is
 from normlab.surgery.fold_gains import GainFold, center_unembed, fold_rms_gains
 from normlab.surgery.fold_verify import FoldCheck, verify_transform
 from normlab.surgery.hf_format import save_hf
+from normlab.surgery.hf_plain import export_plain
 from normlab.surgery.replace import Replacement, is_norm_layer, norm_eps, norm_size, replace_norms
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "apply_fold_structure",
     "batchnorm_modules",
     "center_unembed",
+    "export_plain",
     "fold_layernorms",
     "fold_rms_gains",
     "is_centering_norm",
