@@ -7,11 +7,12 @@ import math
 import torch
 
 from normlab.claims import get_claim
-from normlab.claims.catalogue.kappa_attention import (
-    _abe_deviation,
-    _softmax_limit,
-    _tail_exponent,
-    _tail_probability,
+from normlab.probes.score_tails import (
+    abe_deviation,
+    random_scores,
+    softmax_limit,
+    tail_exponent,
+    tail_probability,
 )
 
 CLAIM = get_claim("kappa-attention")
@@ -27,24 +28,26 @@ def test_smoke_table(smoke_measurement):
 
 
 def test_operator_properties_hold_tightly():
-    config = CLAIM.config("smoke")
     g = torch.Generator().manual_seed(1)
-    limit = _softmax_limit(config, g)
+
+    def scores():
+        return random_scores(8, 16, 2.0, g)
+
+    limit = softmax_limit(scores(), (1e-3, 1e-2))
     assert limit["max_err"] < 1e-5 and abs(limit["order_in_kappa"] - 2) < 0.05
-    tail, _ = _tail_exponent(config, g)
+    tail, _ = tail_exponent(scores(), (0.1, 0.2, 0.4), 9)
     assert tail["max_rel_error"] < 0.1
-    abe, _ = _abe_deviation(config, g)
+    abe, _ = abe_deviation(scores(), (0.05, 0.1))
     assert abs(abe["order_in_eps"] - 2) < 0.1 and abe["reciprocal_gap"] < 1e-12
 
 
 def test_tail_probability_is_algebraic_for_kappa_only():
     """Doubling the distance divides kappa-softmax's far-score mass by about 2^(1/kappa)
     and softmax's by about e^d."""
-    config = CLAIM.config("smoke")
-    near = _tail_probability({**config, "tail_distance": 50.0}, torch.Generator().manual_seed(0))
-    far = _tail_probability({**config, "tail_distance": 100.0}, torch.Generator().manual_seed(0))
+    head = random_scores(8, 16, 2.0, torch.Generator().manual_seed(0))
+    near, far = tail_probability(head, 50.0, 0.2), tail_probability(head, 100.0, 0.2)
     kappa_drop = near["kappa-softmax"] - far["kappa-softmax"]
-    assert abs(kappa_drop - math.log10(2) / config["lm_kappa"]) < 0.1
+    assert abs(kappa_drop - math.log10(2) / 0.2) < 0.1
     assert abs(near["softmax"] - far["softmax"] - 50 / math.log(10)) < 1e-6
 
 

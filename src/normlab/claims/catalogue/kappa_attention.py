@@ -38,12 +38,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import torch
 
 from normlab.claims.arms import Trained, run_arms
 from normlab.claims.catalogue._lm_settings import UNIFORM_BPB, lm_free, lm_train_config
-from normlab.claims.common import QUICK_GPT, loglog_slope, seed_everything
+from normlab.claims.common import QUICK_GPT, seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -55,92 +54,22 @@ from normlab.claims.core import (
     difference,
     register_claim,
 )
-from normlab.functional import abe_softmax, kappa_softmax
 from normlab.models.gpt import GPTConfig
 from normlab.papers import paper
+from normlab.probes.score_tails import (
+    abe_deviation,
+    random_scores,
+    softmax_limit,
+    tail_exponent,
+    tail_probability,
+)
 from normlab.training.lm import evaluate_bpb, train_lm
 
 __all__ = ["CLAIM"]
 
-_F64 = torch.float64
-
 
 def _scores(config: Mapping[str, Any], g: torch.Generator) -> torch.Tensor:
-    shape = (config["rows"], config["keys"])
-    return torch.randn(shape, generator=g, dtype=_F64) * config["score_scale"]
-
-
-def _softmax_limit(config: Mapping[str, Any], g: torch.Generator) -> dict[str, float]:
-    """Max deviation of kappa-softmax from softmax at each ``limit_kappas``, and its order."""
-    s = _scores(config, g)
-    reference = torch.softmax(s, -1)
-    kappas = list(config["limit_kappas"])
-    errors = [float((kappa_softmax(s, kappa=k) - reference).abs().max()) for k in kappas]
-    row = {f"max_err_kappa_{k:g}": e for k, e in zip(kappas, errors, strict=True)}
-    row["max_err"] = errors[0]
-    row["tolerance"] = float(config["limit_tolerance"])
-    row["order_in_kappa"] = loglog_slope(kappas, errors) if len(kappas) > 1 else math.nan
-    return row
-
-
-def _tail_exponent(
-    config: Mapping[str, Any], g: torch.Generator
-) -> tuple[dict[str, float], dict[str, Any]]:
-    """Fitted tail slope of kappa-softmax per ``tail_kappas`` and the worst relative error.
-
-    Each row holds ``keys`` scores ``N(0, score_scale^2)`` plus ``tail_points`` scores at
-    log-spaced distances ``d`` in ``[1e2, 1e4]`` below the row maximum; the slope of
-    ``log p`` against ``log d`` is fitted per row over the tail and averaged over rows.
-    """
-    head = _scores(config, g)
-    d = torch.logspace(2, 4, config["tail_points"], dtype=_F64)
-    s = torch.cat([head, head.amax(-1, keepdim=True) - d], dim=-1)
-    row: dict[str, float] = {}
-    curve: dict[str, Any] = {"distance": d.tolist()}
-    worst = 0.0
-    for k in config["tail_kappas"]:
-        p = kappa_softmax(s, kappa=k)[:, head.shape[1] :]
-        slopes = [loglog_slope(d.tolist(), r.tolist()) for r in p]
-        slope = float(np.mean(slopes))
-        rel = abs(slope * k + 1.0)  # |slope - (-1/k)| / (1/k)
-        worst = max(worst, rel)
-        row[f"slope_kappa_{k:g}"] = slope
-        row[f"expected_kappa_{k:g}"] = -1.0 / k
-        curve[f"kappa_{k:g}"] = p[0].tolist()
-    row["max_rel_error"] = worst
-    return row, curve
-
-
-def _abe_deviation(
-    config: Mapping[str, Any], g: torch.Generator
-) -> tuple[dict[str, float], dict[str, Any]]:
-    """``||abe(q = e^eps) - softmax||`` per ``abe_eps``, its fitted order, and ``q <-> 1/q``.
-
-    The norm is the Frobenius norm over all rows. ``reciprocal_gap`` is
-    ``max |abe(e^eps) - abe(e^-eps)|`` at the largest ``eps``: the odd part in ``eps``.
-    """
-    s = _scores(config, g)
-    reference = torch.softmax(s, -1)
-    eps = list(config["abe_eps"])
-    dev = [float(torch.linalg.norm(abe_softmax(s, q=math.exp(e)) - reference)) for e in eps]
-    row = {f"dev_eps_{e:g}": v for e, v in zip(eps, dev, strict=True)}
-    row["order_in_eps"] = loglog_slope(eps, dev)
-    top = eps[-1]
-    gap = abe_softmax(s, q=math.exp(top)) - abe_softmax(s, q=math.exp(-top))
-    row["reciprocal_gap"] = float(gap.abs().max())
-    return row, {"eps": eps, "deviation": dev}
-
-
-def _tail_probability(config: Mapping[str, Any], g: torch.Generator) -> dict[str, float]:
-    """``log10`` of the probability each operator gives a score ``tail_distance`` below the
-    row maximum, mean over ``rows`` random rows (float64)."""
-    head = _scores(config, g)
-    s = torch.cat([head, head.amax(-1, keepdim=True) - float(config["tail_distance"])], -1)
-    probs = {
-        "softmax": torch.softmax(s, -1)[:, -1],
-        "kappa-softmax": kappa_softmax(s, kappa=config["lm_kappa"])[:, -1],
-    }
-    return {name: float(p.log10().mean()) for name, p in probs.items()}
+    return random_scores(config["rows"], config["keys"], config["score_scale"], g)
 
 
 def _lm_arms(config: Mapping[str, Any]) -> dict[str, GPTConfig]:
@@ -156,7 +85,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """Tail probabilities of both operators, and, where ``config["lm_extension"]``, the two
     TinyGPTs (lr tuned per arm)."""
     gen = seed_everything(seed)
-    tails = _tail_probability(config, gen)
+    tails = tail_probability(_scores(config, gen), config["tail_distance"], config["lm_kappa"])
     if not config["lm_extension"]:
         return {"table": {name: {"log10_tail_p": p} for name, p in tails.items()}}
     arms, curves = _lm_arms(config), {}
@@ -182,7 +111,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
 
 
 def _check_limit(config: Mapping[str, Any]) -> CheckOutcome:
-    row = _softmax_limit(config, torch.Generator().manual_seed(0))
+    row = softmax_limit(_scores(config, torch.Generator().manual_seed(0)), config["limit_kappas"])
     tol = float(config["limit_tolerance"])
     k0 = config["limit_kappas"][0]
     return CheckOutcome(
@@ -194,7 +123,8 @@ def _check_limit(config: Mapping[str, Any]) -> CheckOutcome:
 
 
 def _check_tail(config: Mapping[str, Any]) -> CheckOutcome:
-    row, _ = _tail_exponent(config, torch.Generator().manual_seed(0))
+    head = _scores(config, torch.Generator().manual_seed(0))
+    row, _ = tail_exponent(head, config["tail_kappas"], config["tail_points"])
     worst = row["max_rel_error"]
     slopes = ", ".join(f"{row[f'slope_kappa_{k:g}']:.3f}" for k in config["tail_kappas"])
     return CheckOutcome(
@@ -205,7 +135,7 @@ def _check_tail(config: Mapping[str, Any]) -> CheckOutcome:
 
 
 def _check_abe(config: Mapping[str, Any]) -> CheckOutcome:
-    row, _ = _abe_deviation(config, torch.Generator().manual_seed(0))
+    row, _ = abe_deviation(_scores(config, torch.Generator().manual_seed(0)), config["abe_eps"])
     order, gap = row["order_in_eps"], row["reciprocal_gap"]
     return CheckOutcome(
         order > 1.5 and gap <= 1e-12,
