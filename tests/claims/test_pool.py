@@ -34,7 +34,7 @@ def test_rows_are_means_and_records_one_per_arm():
     assert rec["val"] == pytest.approx(0.25) and rec["reference"] == pytest.approx(2.25)
     assert rec["chosen"] == {"H1": {"lr": 1e-2}, "H2": {"lr": 1e-2}}
     assert rec["trials"] == rec["grid_trials"] == 4 and set(rec["configs"]) == {"H1", "H2"}
-    assert pool(ms, ("mse",))["table"]["s/b"] == {"mse": pytest.approx(1.25)}
+    assert pool(ms, ("mse", "absent"))["table"]["s/b"] == {"mse": pytest.approx(1.25)}
 
 
 def test_an_arm_that_diverged_anywhere_fails_its_learned_premise():

@@ -62,8 +62,8 @@ def pool(
 
     Args:
         measurements: in the order the configurations ran.
-        metrics: the row metrics to average (default: every metric of the arm's first row
-            whose values are numbers in every configuration).
+        metrics: the row metrics to average where an arm's every row holds them as numbers
+            (default: every such metric of the arm's first row).
 
     Returns:
         ``{"table", "tuning", "diverged"}`` keyed by arm.
@@ -86,7 +86,8 @@ def pool(
     table = {
         arm: {
             k: float(np.mean([r[k] for r in rs]))
-            for k in (metrics if metrics is not None else [k for k in rs[0] if numeric(rs, k)])
+            for k in (rs[0] if metrics is None else metrics)
+            if numeric(rs, k)
         }
         for arm, rs in rows.items()
     }

@@ -6,13 +6,12 @@ import math
 
 import pytest
 
-from normlab.claims.catalogue.norin import (
-    ARMS,
-    CLAIM,
-    NEUTRAL,
-    PRIOR_LOG10_DELTA,
-    PRIOR_LOG10_GAP,
-)
+from normlab.claims import get_claim
+
+CLAIM = get_claim("norin")
+ARMS = ("revin", "dish-ts", "san", "norin", "norin-joint")
+NEUTRAL = (3.0, 0.0)  # the search's start where the windows are not S_U
+PRIOR_LOG10_DELTA = math.log10(3.0)  # the placebo: mean log10 delta of the search's prior
 
 
 def test_smoke_run_has_every_series_arm_and_search(smoke_measurement):
@@ -28,17 +27,19 @@ def test_smoke_run_has_every_series_arm_and_search(smoke_measurement):
             key = f"{series}/{backbone}"
             assert m["delta_trajectory"][key][0] == config["delta_init"]
             assert len(m["bo"][key]["trials"]) == config["trials"]
-            assert set(ARMS) <= {k.rsplit("/", 1)[1] for k in m["tuning"] if k.startswith(key)}
+            for arm in ARMS:  # one record per table arm, pooling its backbones
+                assert key in m["tuning"][f"{series}/{arm}"]["configs"]
+    assert {k for k in m["tuning"]} == {f"{s}/{a}" for s in config["series"] for a in ARMS}
     # EPF windows are S_B: the fit falls back, and the search starts at the neutral point
     fit = m["slifker_shapiro"]["epf_prices/linear"]
     assert fit["family"] == "SB" and fit["fallback"]
     assert m["bo"]["epf_prices/linear"]["trials"][0][:2] == pytest.approx(list(NEUTRAL))
 
 
-def test_placebo_is_the_log_uniform_prior():
-    assert abs(PRIOR_LOG10_DELTA - math.log10(3.0)) < 1e-12
-    assert abs(math.log10(NEUTRAL[0]) - PRIOR_LOG10_DELTA) < 0.01  # the neutral start
-    assert abs(PRIOR_LOG10_GAP - 2 / 3) < 1e-12
+def test_placebo_is_the_log_uniform_prior(smoke_measurement):
+    placebo = smoke_measurement("norin")["table"]["epf_prices/placebo"]
+    assert abs(placebo["log10_delta"] - PRIOR_LOG10_DELTA) < 1e-12
+    assert abs(placebo["backbone_gap"] - 2 / 3) < 1e-12
 
 
 def _table(norin, others, log10_delta, gap, drift, spread):
@@ -56,7 +57,7 @@ def _table(norin, others, log10_delta, gap, drift, spread):
 
 def test_effects_take_both_signs_on_constructed_tables():
     good, bad = _table(0.8, 1.0, 0.0, 1.2, 0.5, 1.0), _table(1.2, 1.0, 1.4, 0.1, -0.5, 0.0)
-    for effect in CLAIM.effects:
+    for effect in (e for top in CLAIM.effects for e in top.parts or (top,)):
         g, b = effect.fn(good), effect.fn(bad)
         assert g * b < 0, effect.name
         assert (g > 0) == (effect.direction == "greater"), effect.name
@@ -67,22 +68,27 @@ def test_effects_take_both_signs_on_constructed_tables():
 def test_a_diverged_joint_run_is_recorded_and_counts_as_no_drift(monkeypatch):
     import dataclasses
 
-    import normlab.claims.catalogue.norin as module
-    from normlab.claims.rule import with_divergence
+    import normlab.training.forecast as forecast
+    from normlab.claims.rule import learned_premises, with_divergence
 
-    real = module.fit_and_test
+    real = forecast.train_forecaster
 
-    def diverging(norm, *args, **kwargs):
-        model, result, test = real(norm, *args, **kwargs)
-        if kwargs.get("learn_shape"):  # the joint arm, as if its loss turned non-finite
+    def diverging(model, *args, **kwargs):
+        result = real(model, *args, **kwargs)
+        if kwargs.get("on_epoch") is not None:  # the joint arm, as if its loss turned non-finite
             result = dataclasses.replace(result, diverged={"step": 2, "last": 0.5})
-        return model, result, test
+        return result
 
-    monkeypatch.setattr(module, "fit_and_test", diverging)
+    monkeypatch.setattr(forecast, "train_forecaster", diverging)
     config = {**CLAIM.config("smoke"), "series": {"epf_prices": ["linear"]}}
-    m = module.run(config, 0)
+    m = CLAIM.run(config, 0)
     assert m["diverged"] == {"epf_prices/norin-joint": {"step": 2, "last": 0.5}}
     drift = next(e for e in CLAIM.effects if e.name == "epf_prices_delta_drift")
     assert drift.fn(with_divergence(m, drift.if_diverged)) == 0.0
     versus = next(e for e in CLAIM.effects if e.name == "heavy_tailed_vs_revin")
     assert versus.if_diverged["mse"] == 1.0
+    joint = next(
+        p for p in learned_premises([m], CLAIM.effects) if p.name.endswith("joint_learned")
+    )
+    assert joint.name == "epf_prices/norin-joint_learned" and drift.name in joint.gates
+    assert joint.state == "failed"
