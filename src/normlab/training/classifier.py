@@ -68,7 +68,8 @@ def train_classifier(
 
     Args:
         model: maps ``x[idx]`` to logits.
-        x, y: the training inputs and integer labels.
+        x: the training inputs.
+        y: their integer labels.
         epochs: passes over the data (each over ``take`` examples when given).
         batch: examples per Adam step.
         lr: Adam's learning rate.
