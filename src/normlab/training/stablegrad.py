@@ -80,7 +80,8 @@ def train_pinn(
     Args:
         kind: the optimizer (see :data:`OPTIMIZERS`).
         lr: Adam's learning rate.
-        depth, width: the PINN's shape.
+        depth: the PINN's tanh layers.
+        width: their units.
         steps: optimizer steps (0: the untrained model, the trivial reference).
         points: collocation points per step.
         seed: initialisation, collocation points and held-out points.
