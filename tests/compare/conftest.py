@@ -9,8 +9,20 @@ from pathlib import Path
 import pytest
 
 #: The tiny budget every end-to-end test runs at.
-TINY = ["--steps", "6", "--seeds", "2", "--lr", "3e-3", "1e-2", "--batch", "4",
-        "--context", "16", "--quiet"]
+TINY = [
+    "--steps",
+    "6",
+    "--seeds",
+    "2",
+    "--lr",
+    "3e-3",
+    "1e-2",
+    "--batch",
+    "4",
+    "--context",
+    "16",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="session")

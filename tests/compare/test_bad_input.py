@@ -17,8 +17,10 @@ from normlab.cli import main
         (["tinygpt", "--data", "TEXT", "--norms", "layernorm", "quadnorm"], "cannot be swapped"),
         (["tinygpt", "--data", "TEXT", "--norms", "layernorm"], "at least two"),
         (["tinygpt", "--data", "TEXT", "--seeds", "1"], "at least 2"),
-        (["tinygpt", "--data", "TEXT", "--reference", "dyt", "--norms", "layernorm", "rmsnorm"],
-         "not among"),
+        (
+            ["tinygpt", "--data", "TEXT", "--reference", "dyt", "--norms", "layernorm", "rmsnorm"],
+            "not among",
+        ),
         (["forecaster", "--data", "TEXT"], "text"),
         (["tests.compare._toys:nothing", "--data", "TEXT"], "no callable"),
     ],

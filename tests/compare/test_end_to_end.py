@@ -32,8 +32,21 @@ def _outputs(out: Path, arms: list[str]) -> dict:
 
 def test_gpt2_folder_with_tokenizer_fine_tunes(gpt2_folder, text_file, tmp_path, capsys):
     out = tmp_path / "out"
-    rc = main(["compare", str(gpt2_folder), "--data", str(text_file), "--norms", "layernorm",
-               "rmsnorm", "dyt:alpha_init=0.5", "--out", str(out), *TINY])
+    rc = main(
+        [
+            "compare",
+            str(gpt2_folder),
+            "--data",
+            str(text_file),
+            "--norms",
+            "layernorm",
+            "rmsnorm",
+            "dyt:alpha_init=0.5",
+            "--out",
+            str(out),
+            *TINY,
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     data = _outputs(out, ["layernorm", "rmsnorm", "dyt:alpha_init=0.5"])
     assert "fine-tuned from its weights" in data["model"]
@@ -60,9 +73,27 @@ def test_llama_config_trains_from_scratch_and_resumes(llama_folder, text_file, t
 
 def test_series_csv_revin_norin_none_in_two_workers(series_csv, tmp_path, capsys):
     out = tmp_path / "out"
-    rc = main(["compare", "forecaster", "--data", str(series_csv), "--norms", "revin", "norin",
-               "none", "--lookback", "24", "--horizon", "8", "--jobs", "2", "--out", str(out),
-               *TINY])
+    rc = main(
+        [
+            "compare",
+            "forecaster",
+            "--data",
+            str(series_csv),
+            "--norms",
+            "revin",
+            "norin",
+            "none",
+            "--lookback",
+            "24",
+            "--horizon",
+            "8",
+            "--jobs",
+            "2",
+            "--out",
+            str(out),
+            *TINY,
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     data = _outputs(out, ["revin", "norin", "none"])
     assert data["unit"] == "MSE" and "70/10/20" in data["splits"]["how"]
@@ -75,9 +106,17 @@ def test_module_function_model_and_the_real_null(text_file, tmp_path):
     from normlab.compare import compare
 
     out = tmp_path / "out"
-    c = compare("tests.compare._toys:byte_lm", str(text_file),
-                ["layernorm", "layernorm:eps=1e-05", "rmsnorm"], steps=6, seeds=2,
-                lrs=[3e-3, 1e-2], batch=4, context=16, out=out)
+    c = compare(
+        "tests.compare._toys:byte_lm",
+        str(text_file),
+        ["layernorm", "layernorm:eps=1e-05", "rmsnorm"],
+        steps=6,
+        seeds=2,
+        lrs=[3e-3, 1e-2],
+        batch=4,
+        context=16,
+        out=out,
+    )
     c.write(out)
     data = _outputs(out, ["layernorm", "layernorm:eps=1e-05", "rmsnorm"])
     assert data["unit"] == "bits/byte"
@@ -88,8 +127,16 @@ def test_module_function_model_and_the_real_null(text_file, tmp_path):
 def test_classify_with_module_function_data(tmp_path):
     from normlab.compare import compare
 
-    c = compare("tests.compare._toys:classifier", "tests.compare._toys:two_moons",
-                ["layernorm", "rmsnorm"], task="classify", steps=6, seeds=2,
-                lrs=[3e-3, 1e-2], batch=32, out=tmp_path)
+    c = compare(
+        "tests.compare._toys:classifier",
+        "tests.compare._toys:two_moons",
+        ["layernorm", "rmsnorm"],
+        task="classify",
+        steps=6,
+        seeds=2,
+        lrs=[3e-3, 1e-2],
+        batch=32,
+        out=tmp_path,
+    )
     assert c.unit.startswith("cross-entropy")
     assert all(a.premise for a in c.arms.values())

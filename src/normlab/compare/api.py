@@ -19,7 +19,7 @@ from typing import Any
 
 from normlab.compare.stats import ArmStats, judge_arms
 
-__all__ = ["Arm", "Comparison", "compare", "prepare"]
+__all__ = ["Arm", "Comparison", "assemble", "compare", "prepare"]
 
 #: Default learning rates (the grid every arm is tuned over).
 LRS = (1e-3, 3e-3, 1e-2)
