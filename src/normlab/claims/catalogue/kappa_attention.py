@@ -1,41 +1,26 @@
 """Claim "kappa-attention": attention operators from the Kaniadakis and Abe entropies.
 
 The seed derives two score normalizers by maximising a generalized entropy plus the scores
-on the simplex (:func:`normlab.functional.kappa_softmax`, :func:`normlab.functional.abe_softmax`)
-and says that they recover softmax in the limit, have algebraic instead of exponential
-tails, that Abe's reciprocal symmetry ``q <-> 1/q`` removes the odd-order corrections, and
-that kappa-attention is a usable attention normalizer. The operator properties are
-deterministic and are implementation checks, run once in float64 on fixed random score rows:
+on the simplex (:func:`normlab.functional.kappa_softmax`, :func:`normlab.functional.abe_softmax`):
+they recover softmax in the limit, have algebraic instead of exponential tails, and Abe's
+``q <-> 1/q`` symmetry removes the odd-order corrections. Those operator properties are
+implementation checks, measured once in float64 (:mod:`normlab.probes.score_tails`). The
+primary is the abstract's headline against softmax: a score ``tail_distance`` below the row
+maximum keeps an algebraic share of the mass (``log10`` of kappa-softmax's probability minus
+softmax's, mean over random rows); premise: softmax gives it below 1e-6.
 
-(a) ``max |kappa_softmax(kappa) - softmax|`` at ``kappa = 1e-3`` is below 1e-3;
-(b) the fitted log-log slope of ``p`` against the distance ``d`` of a score below the row
-    maximum, for ``d`` in ``[1e2, 1e4]``, is within 10% of the predicted ``-1/kappa``;
-(c) ``D(eps) = ||abe_softmax(q = e^eps) - softmax||`` grows with order > 1.5 in ``eps`` (no
-    first-order term) and ``abe(q) = abe(1/q)`` to 1e-12.
-
-The primary is the abstract's headline measured against softmax: low scores keep an
-algebraic share of the mass. Per seed, ``rows`` random score rows get one extra score
-``tail_distance`` below the row maximum; the effect is ``log10`` of the probability
-kappa-softmax gives it minus ``log10`` of softmax's (mean over rows). Premise: softmax does
-suppress that score (its probability below 1e-6), so a heavier tail has something to show.
-
-normlab's extension (secondary, declared for full scale only; the abstract makes no
-language-model claim): a TinyGPT with kappa-softmax attention against the same TinyGPT with
-softmax (same data, steps and seed), each arm's learning rate tuned by the harness over the
-same grid on the trainer's validation windows (the corpus's ``val`` split), scored on its
-``test`` split (disjoint files), non-inferiority within a stated margin; a diverged run
-counts as the uniform predictor.
-The config key ``lm_extension`` says whether a scale trains it: full does; quick does not
-(its six or more training runs per seed cost about 90 task-seconds, the operator measurement
-well under one); smoke trains its tiny arms so that the full-scale code path stays tested.
-Every scale's config keeps the extension's declared search.
+normlab's extension (secondary, full scale only; the abstract makes no language-model
+claim): TinyGPT with kappa-softmax against softmax attention, each arm's lr tuned on the
+trainer's validation windows (the corpus's ``val`` split) and scored on its ``test`` split,
+non-inferiority; a diverged run counts as the uniform predictor. ``lm_extension`` says
+whether a scale trains it: full does, quick does not (its budget), smoke trains tiny arms so
+the full-scale code path stays tested.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -72,15 +57,6 @@ def _scores(config: Mapping[str, Any], g: torch.Generator) -> torch.Tensor:
     return random_scores(config["rows"], config["keys"], config["score_scale"], g)
 
 
-def _lm_arms(config: Mapping[str, Any]) -> dict[str, GPTConfig]:
-    arch = {k: config[k] for k in ("d_model", "n_layers", "n_heads", "context")}
-    scores = (("softmax", {}), ("kappa-softmax", {"kappa": config["lm_kappa"]}))
-    return {
-        name: GPTConfig(norm="layernorm", score=name, score_kwargs=kwargs, **arch)
-        for name, kwargs in scores
-    }
-
-
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """Tail probabilities of both operators, and, where ``config["lm_extension"]``, the two
     TinyGPTs (lr tuned per arm)."""
@@ -88,11 +64,14 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     tails = tail_probability(_scores(config, gen), config["tail_distance"], config["lm_kappa"])
     if not config["lm_extension"]:
         return {"table": {name: {"log10_tail_p": p} for name, p in tails.items()}}
-    arms, curves = _lm_arms(config), {}
+    arch = {k: config[k] for k in ("d_model", "n_layers", "n_heads", "context")}
+    score_kwargs = {"softmax": {}, "kappa-softmax": {"kappa": config["lm_kappa"]}}
+    curves: dict[str, Any] = {}
     held = {"split": "test", "batches": config["eval_batches"], "batch": 16, "seed": seed}
 
     def train(arm: str, params: dict[str, Any], training_seed: int) -> Trained:
-        model, log = train_lm(arms[arm], lm_train_config(config, params["lr"]), training_seed)
+        gpt = GPTConfig(norm="layernorm", score=arm, score_kwargs=score_kwargs[arm], **arch)
+        model, log = train_lm(gpt, lm_train_config(config, params["lr"]), training_seed)
         val = math.inf if log.get("diverged") else float(log["val_bpb"][-1])
         return Trained(val, (model, log), log.get("diverged"))
 
@@ -159,9 +138,8 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     tail.legend(fontsize=8)
     for k, curves in enumerate(lm):
         for j, (name, c) in enumerate(curves.items()):
-            axes[0][1].plot(
-                c["step"], c["val_bpb"], color=f"C{j}", alpha=0.7, label=name if k == 0 else None
-            )
+            label = name if k == 0 else None
+            axes[0][1].plot(c["step"], c["val_bpb"], color=f"C{j}", alpha=0.7, label=label)
     if lm:
         axes[0][1].set(xlabel="step", ylabel="validation bits per byte (extension)")
         axes[0][1].legend(fontsize=8, title="attention")
@@ -181,21 +159,30 @@ _OPERATOR = {
     "lm_kappa": 0.2,
     "tail_distance": 30.0,
 }
-_SEARCH = {"arms": ["softmax", "kappa-softmax"], "space": {"lr": [1e-3, 3e-3, 1e-2]}}
-#: The figure's caption: the LM panel is drawn only where the scale trains the extension
-#: (``lm_extension``: smoke and full), so quick's caption does not describe it.
+
+
+def _lm(d_model=0, n_layers=0, n_heads=0, context=0, steps=0, batch=16, lr=3e-3, eval_batches=8):
+    """The extension's TinyGPT and budget (shape keys left out where 0: quick's QUICK_GPT)."""
+    shape = {"d_model": d_model, "n_layers": n_layers, "n_heads": n_heads, "context": context}
+    budget = {"steps": steps, "batch": batch, "lr": lr, "eval_batches": eval_batches}
+    return {**{k: v for k, v in shape.items() if v}, **budget}
+
+
+def _config(seeds: int, lm_extension: bool, lrs: list[float], lm: dict, **operator) -> dict:
+    search = {"arms": ["softmax", "kappa-softmax"], "space": {"lr": lrs}}
+    extension = {**lm, "lm_extension": lm_extension, "search": search}
+    return {"seeds": seeds, **_OPERATOR, **operator, **extension}
+
+
+#: The caption: the LM panel is drawn only where the scale trains the extension.
 _CAPTION = (
-    "per seed, log10 of the probability each operator gives the score "
-    f"{_OPERATOR['tail_distance']:g} below the row maximum (the primary: kappa-softmax, "
-    "orange, far above softmax, blue)."
+    "per seed, log10 of the probability each operator gives the score 30 below the row "
+    "maximum (the primary: kappa-softmax, orange, far above softmax, blue)."
 )
 _CAPTION_LM = (
     " Right (normlab's extension): validation bits per byte during training at each arm's "
-    "tuned lr, one line per seed; the kappa-softmax curves should end within 0.03 bpb of "
-    "the softmax ones."
+    "tuned lr, one line per seed; kappa-softmax should end within 0.03 bpb of softmax."
 )
-#: Non-inferiority margin of the LM comparison, in bits per byte.
-LM_MARGIN = 0.03
 
 CLAIM = register_claim(
     Claim(
@@ -216,31 +203,21 @@ CLAIM = register_claim(
             "softmax",
             "log10_tail_p",
             direction="greater",
-            margin=Margin(
-                1.0,
-                "normlab's choice: a factor 10 more mass on the far score, the smallest "
-                "difference an attention map would show (the abstract gives no number)",
-            ),
+            margin=Margin(1.0, "normlab's choice: 10x the mass, the least a map would show"),
             unit="log10",
         ),
         secondary=(
-            replace(
-                difference(
-                    "lm_bpb_gap",
-                    "normlab's extension (no claim of the abstract): kappa-softmax minus softmax "
-                    "TinyGPT test bits per byte, lr tuned per arm",
-                    "kappa-softmax",
-                    "softmax",
-                    "test_bpb",
-                    direction="no_greater",
-                    margin=Margin(
-                        LM_MARGIN,
-                        "normlab's choice: the seed gives no LM number; 0.03 bpb is about 1% of "
-                        "a trained TinyGPT's 3.3 bpb, a loss a practitioner would call parity",
-                    ),
-                    unit="bpb",
-                    if_diverged={"test_bpb": UNIFORM_BPB},
-                ),
+            difference(
+                "lm_bpb_gap",
+                "normlab's extension (no claim of the abstract): kappa-softmax minus softmax "
+                "TinyGPT test bits per byte, lr tuned per arm",
+                "kappa-softmax",
+                "softmax",
+                "test_bpb",
+                direction="no_greater",
+                margin=Margin(0.03, "normlab's choice: ~1% of a trained TinyGPT's 3.3 bpb"),
+                unit="bpb",
+                if_diverged={"test_bpb": UNIFORM_BPB},
                 scales=("full",),
             ),
         ),
@@ -256,30 +233,16 @@ CLAIM = register_claim(
             ),
         ),
         free_settings=(
-            FreeSetting(
-                "tail_distance",
-                10.0,
-                100.0,
-                "normlab's choice: a score 30 logits below the maximum, far in softmax's tail",
-            ),
+            FreeSetting("tail_distance", 10.0, 100.0, "normlab's choice: far in softmax's tail"),
             FreeSetting("lm_kappa", 0.1, 0.4, "normlab's choice: a mid-range kappa"),
             FreeSetting.scaled("rows", "normlab's choice: random score rows per seed"),
             FreeSetting.scaled("keys", "normlab's choice: keys per score row"),
             FreeSetting.scaled("score_scale", "normlab's choice: the scores' standard deviation"),
-            FreeSetting(
-                "limit_kappas", (1e-4, 1e-3), (1e-2, 1e-1), "normlab's choice: near-zero kappas"
-            ),
+            FreeSetting("limit_kappas", (1e-4, 1e-3), (1e-2, 1e-1), "normlab's choice: near 0"),
             FreeSetting.scaled("limit_tolerance", "normlab's choice: the limit check's", 0.1, 10),
-            FreeSetting(
-                "tail_kappas",
-                (0.05, 0.1, 0.2),
-                (0.2, 0.4, 0.8),
-                "normlab's choice: kappas whose tail slope is fitted",
-            ),
+            FreeSetting("tail_kappas", (0.05, 0.1, 0.2), (0.2, 0.4, 0.8), "normlab's choice"),
             FreeSetting.scaled("tail_points", "normlab's choice: distances in the tail fit"),
-            FreeSetting(
-                "abe_eps", (0.025, 0.05), (0.1, 0.2), "normlab's choice: Abe's ln q values"
-            ),
+            FreeSetting("abe_eps", (0.025, 0.05), (0.1, 0.2), "normlab's choice: Abe's ln q"),
             *lm_free("d_model", "n_layers", "n_heads", "context", "steps", "batch", "lr"),
             *lm_free("eval_batches"),
         ),
@@ -289,80 +252,29 @@ CLAIM = register_claim(
         },
         decisive="tail_distance",  # at 10 the premise failed (stop 31): untestable
         checks=(
-            Check(
-                "recovers_softmax",
-                "max |kappa-softmax(kappa = 1e-3) - softmax| <= 1e-3 (float64)",
-                _check_limit,
-            ),
-            Check(
-                "algebraic_tail",
-                "fitted tail slope within 10% of -1/kappa for kappa = 0.1, 0.2, 0.4",
-                _check_tail,
-            ),
-            Check(
-                "abe_no_odd_terms",
-                "||abe(e^eps) - softmax|| has order > 1.5 in eps and abe(q) = abe(1/q)",
-                _check_abe,
-            ),
+            Check("recovers_softmax", "max |kappa-softmax - softmax| <= 1e-3", _check_limit),
+            Check("algebraic_tail", "tail slope within 10% of -1/kappa", _check_tail),
+            Check("abe_no_odd_terms", "order > 1.5 in eps, abe(q) = abe(1/q)", _check_abe),
         ),
         headline=(
             "Operator properties (softmax limit, algebraic tails, odd corrections removed by "
             "q <-> 1/q); the seed reports no language-model number."
         ),
         setup=(
-            "Float64 operator checks on random score rows (N(0, 2^2), 64 keys): deviation "
-            "from softmax at small kappa, tail slope at distances 1e2-1e4 for kappa 0.1/0.2/"
-            "0.4, Abe deviation at eps = ln q = 0.05 and 0.1; the probability of a score 30 "
-            "below the maximum under kappa-softmax (kappa = 0.2) and softmax. Extension (full "
-            "scale only): byte-level pre-LN TinyGPT with softmax or kappa-softmax attention, "
-            "lr tuned per arm over {1e-3, 2e-3, 4e-3, 8e-3} (+1 edge step), same seed and "
-            "batches."
+            "Float64 checks on random score rows (N(0, 2^2), 64 keys): deviation from softmax "
+            "at small kappa, tail slopes (d in 1e2-1e4, kappa 0.1/0.2/0.4), Abe deviation at "
+            "ln q = 0.05, 0.1; a score 30 below the maximum under kappa-softmax (0.2) and "
+            "softmax. Extension (full only): pre-LN TinyGPT with either attention, lr tuned per "
+            "arm over {1e-3, 2e-3, 4e-3, 8e-3} (+1 edge step), same seed and batches."
         ),
         configs={
-            "smoke": {
-                "seeds": 1,
-                **_OPERATOR,
-                "rows": 8,
-                "keys": 16,
-                "tail_points": 9,
-                "d_model": 32,
-                "n_layers": 1,
-                "n_heads": 2,
-                "context": 32,
-                "steps": 6,
-                "batch": 4,
-                "lr": 3e-3,
-                "eval_batches": 1,
-                "lm_extension": True,
-                "search": {**_SEARCH, "space": {"lr": [3e-3]}},
-            },
-            "quick": {
-                "seeds": 5,
-                **_OPERATOR,
-                **QUICK_GPT,
-                "steps": 400,
-                "batch": 16,
-                "lr": 3e-3,
-                "eval_batches": 8,
-                "lm_extension": False,
-                "search": _SEARCH,
-            },
-            "full": {
-                "seeds": 5,
-                **_OPERATOR,
-                "rows": 256,
-                "abe_eps": (0.025, 0.05, 0.1, 0.2),
-                "d_model": 128,
-                "n_layers": 4,
-                "n_heads": 4,
-                "context": 128,
-                "steps": 1500,
-                "batch": 32,
-                "lr": 2e-3,
-                "eval_batches": 16,
-                "lm_extension": True,
-                "search": {**_SEARCH, "space": {"lr": [1e-3, 2e-3, 4e-3, 8e-3]}},
-            },
+            "smoke": _config(1, True, [3e-3], _lm(32, 1, 2, 32, 6, 4, 3e-3, 1), rows=8, keys=16)
+            | {"tail_points": 9},
+            "quick": _config(5, False, [1e-3, 3e-3, 1e-2], {**QUICK_GPT, **_lm(steps=400)}),
+            "full": _config(
+                5, True, [1e-3, 2e-3, 4e-3, 8e-3], _lm(128, 4, 4, 128, 1500, 32, 2e-3, 16)
+            )
+            | {"rows": 256, "abe_eps": (0.025, 0.05, 0.1, 0.2)},
         },
         run=run,
         figure=_figure,
