@@ -285,7 +285,17 @@ def beats_every(
     0.05 / k; see :mod:`normlab.claims.rule`), never a min() or max() picked on test.
 
     Args:
-        log10, if_diverged, scales: as for :func:`difference`, shared by every part.
+        name: the effect's name; each part is ``<name>_vs_<baseline>``.
+        description: what the value is, e.g. "test accuracy".
+        method: the arm the claim is about.
+        baselines: the arms it must beat, each one part.
+        metric: the table metric every part compares.
+        direction: as for :class:`Effect`, shared by every part.
+        margin: as for :class:`Effect`, shared by every part.
+        unit: the value's unit.
+        log10: compare ``log10`` of the cells (as for :func:`difference`).
+        if_diverged: as for :class:`Effect`.
+        scales: as for :class:`Effect`.
     """
     if not baselines:
         raise ValueError(f"beats_every {name!r} needs at least one baseline.")
