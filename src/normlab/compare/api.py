@@ -387,8 +387,11 @@ def compare(
         lrs: the learning-rate grid.
         margin: the non-inferiority margin in the metric's units (default: 1% of the
             reference's mean test metric).
-        batch, context: batch size and sequence length (language modelling).
-        columns, lookback, horizon: the CSV's columns and windows (forecasting).
+        batch: the batch size.
+        context: the sequence length (language modelling).
+        columns: the CSV's columns (forecasting; default: every numeric one).
+        lookback: the input window (forecasting).
+        horizon: the forecast window (forecasting).
         out: folder for the task cache and, with :meth:`Comparison.write`, the page
             (default: ``compare-out``).
         jobs: parallel worker processes.
