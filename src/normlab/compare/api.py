@@ -201,10 +201,10 @@ class Comparison:
             "verdict",
             "MDE",
         ):
-            t.add_column(col)
+            t.add_column(col, no_wrap=col in ("arm", "verdict"))
         for name, arm in self.arms.items():
             mean, lo, hi = arm.mean_interval()
-            lrs = ",".join(f"{x:g}" for x in sorted(set(arm.lrs)))
+            lrs = ",".join(f"{x:.2g}" for x in sorted(set(arm.lrs)))
             s = self.stats.get(name)
             if s is None:
                 t.add_row(

@@ -105,7 +105,7 @@ def _arms_table(c: Comparison) -> str:
         rows.append(
             [
                 esc(name),
-                esc(", ".join(f"{x:g}" for x in arm.lrs)),
+                esc(", ".join(f"{x:.3g}" for x in arm.lrs)),
                 f"{mean:.4g} [{_num(lo)}, {_num(hi)}]",
                 f"{sum(arm.untrained) / len(arm.untrained):.4g}",
                 "yes" if arm.premise else "<b>no</b>",
@@ -135,14 +135,14 @@ def _tuning_table(c: Comparison) -> str:
     for t in c.tasks:
         tune = t["tuning"]
         trials = "; ".join(
-            f"{h['params']['lr']:g}: {_num(h['val'])}" for h in tune.get("history", [])
+            f"{h['params']['lr']:.3g}: {_num(h['val'])}" for h in tune.get("history", [])
         )
         rows.append(
             [
                 esc(t["arm"]),
                 str(t["seed"]),
                 esc(trials),
-                f"{t['lr']:g}",
+                f"{t['lr']:.3g}",
                 "yes" if tune.get("on_edge") else "no",
                 esc(tune.get("tie", "")),
             ]
@@ -153,6 +153,12 @@ def _tuning_table(c: Comparison) -> str:
         wrap=True,
         widths=("16%", "7%", "49%", "10%", "8%", "10%"),
     )
+
+
+def _sizes(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return str(value)
 
 
 def render(c: Comparison) -> str:

@@ -203,16 +203,18 @@ class ArmStats:
 
 def _verdict(diffs: list[float], margin: float, level: float) -> tuple[str, str]:
     """The claims rule on one arm: better/worse at Holm's ``level``, else no worse."""
-    label, why = verdict(diffs, "less", 0.0, level=level)
+    label, _ = verdict(diffs, "less", 0.0, level=level)
+    _, _, lo, hi = interval(diffs, level)
+    span = f"the {level:.3g} t-interval [{lo:.3g}, {hi:.3g}] (Holm's level)"
     if label == "supported":
-        return "better", f"lower: {why}"
+        return "better", f"lower than the reference: {span} lies below 0"
     if label == "contradicted":
-        _, _, _lo, hi = interval(diffs)
-        inside = " (within the margin)" if hi < margin else ""
-        return "worse", f"higher{inside}: {why}"
+        _, _, _, hi95 = interval(diffs)
+        inside = f", but by less than the margin {margin:.3g}" if hi95 < margin else ""
+        return "worse", f"higher than the reference: {span} lies above 0{inside}"
     label, why = verdict(diffs, "no_greater", margin)
     if label == "supported":
-        return "no worse", f"no worse than the reference by {margin:g}: {why}"
+        return "no worse", f"no worse than the reference by the margin {margin:.3g}: {why}"
     return "inconclusive", why
 
 
@@ -308,5 +310,5 @@ def _no_effect(diffs: list[float], margin: float) -> tuple[str, str]:
     """An arm after Holm's procedure stopped: no better/worse, only non-inferiority."""
     label, why = verdict(diffs, "no_greater", margin)
     if label == "supported":
-        return "no worse", f"no worse than the reference by {margin:g}: {why}"
+        return "no worse", f"no worse than the reference by the margin {margin:.3g}: {why}"
     return "inconclusive", f"{why} (Holm's step-down stopped before this arm)"
