@@ -112,8 +112,10 @@ def test_claim_ids_accept_underscores_like_method_names():
     dashed = next(i for i in ids if "-" in i)
     (claim,) = resolve_claims([dashed.replace("-", "_").upper()])
     assert claim.id == dashed
-    with pytest.raises(KeyError, match="Valid ids"):
-        resolve_claims(["no_such_claim"])
+    with pytest.raises(KeyError, match="normlab list claims"):
+        resolve_claims(["no_such_claim"])  # no close id: the message says where the list is
+    with pytest.raises(KeyError, match=f"did you mean.*{dashed}"):
+        resolve_claims([dashed[:-1] + "x"])
 
 
 def test_report_address_without_ray_is_refused(capsys, tmp_path):
