@@ -297,13 +297,10 @@ def test_robustness_reruns_the_seeds_at_each_neighbour(tmp_path, planted):
     (plain,) = ClaimRunner(tmp_path, jobs=1).run([claim], "quick")
     assert plain.robustness == "not run" and not plain.neighbours
     (result,) = ClaimRunner(tmp_path, jobs=1).run([claim], "quick", robustness=True)
-    assert [(r["setting"], r["value"]) for r in result.verdict.robustness] == [
-        ("offset", -2.0),
-        ("offset", 0.5),
-    ]
-    verdicts = {r["value"]: r["verdict"] for r in result.verdict.robustness}
-    assert verdicts == {-2.0: "contradicted", 0.5: "supported"}
-    assert result.robustness == "fragile at offset=-2"
+    offsets = [r for r in result.verdict.robustness if r["setting"] == "offset"]
+    assert [r["value"] for r in offsets] == [-2.0, 0.5]
+    assert {r["value"]: r["verdict"] for r in offsets} == {-2.0: "contradicted", 0.5: "supported"}
+    assert result.robustness.startswith("fragile at offset=-2")
     assert len(result.neighbours) == 6 and all(t.override for t in result.neighbours)
     assert all(t.cached for t in result.tasks)  # the main run was reused
 
