@@ -140,3 +140,16 @@ def test_classify_with_module_function_data(tmp_path):
     )
     assert c.unit.startswith("cross-entropy")
     assert all(a.premise for a in c.arms.values())
+
+
+def test_keep_leaves_the_named_sites_alone(text_file):
+    """``keep`` globs name norm sites every arm leaves as they are (TinyGPT's final norm)."""
+    from normlab.compare.models import build, resolve_model
+    from normlab.layers import DyT
+
+    model = build(resolve_model("tinygpt"), "dyt", 0, {}, keep=("norm_f",))
+    assert type(model.norm_f).__name__ == "LayerNorm"
+    norms = {
+        n: type(m) for n, m in model.named_modules() if n.rsplit(".", 1)[-1].startswith("norm")
+    }
+    assert all(t is DyT for n, t in norms.items() if n != "norm_f") and len(norms) == 5

@@ -83,6 +83,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--columns", nargs="+", default=None, help="CSV columns (default: numeric)")
     p.add_argument("--lookback", type=positive_int, default=96, help="input window (forecast)")
     p.add_argument("--horizon", type=positive_int, default=24, help="forecast horizon")
+    p.add_argument(
+        "--keep",
+        nargs="+",
+        default=[],
+        help="norm sites (module-name globs, e.g. norm_f or '*ln_f') that keep the model's "
+        "own norm in every arm",
+    )
     p.add_argument("--out", default="compare-out", help="output folder (page, json, cache)")
     p.add_argument("--jobs", type=jobs_type, default=1, help="parallel workers ('auto')")
     p.add_argument("--backend", choices=("local", "ray"), default="local", help="where tasks run")
@@ -144,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
             columns=args.columns,
             lookback=args.lookback,
             horizon=args.horizon,
+            keep=args.keep,
         )
         if args.seeds < 2:
             raise ValueError("--seeds must be at least 2 (an interval needs two seeds).")
@@ -173,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
                 columns=args.columns,
                 lookback=args.lookback,
                 horizon=args.horizon,
+                keep=args.keep,
                 out=args.out,
                 jobs=args.jobs,
                 backend=args.backend,

@@ -237,8 +237,9 @@ def _setting(
     columns: Sequence[str] | None,
     lookback: int,
     horizon: int,
+    keep: Sequence[str] = (),
 ) -> dict[str, Any]:
-    return {
+    out = {
         "model": model,
         "data": data,
         "task": task,
@@ -253,6 +254,9 @@ def _setting(
         "extend": 1,
         "curve_points": 5,
     }
+    if keep:  # absent when empty: the cache keys of earlier runs stay valid
+        out["keep"] = list(keep)
+    return out
 
 
 def prepare(
@@ -268,6 +272,7 @@ def prepare(
     columns: Sequence[str] | None = None,
     lookback: int = 96,
     horizon: int = 24,
+    keep: Sequence[str] = (),
 ) -> tuple[dict[str, Any], dict[str, str], Any, Any]:
     """Resolve and check everything before any training: ``(setting, fingerprints, model
     source, data)``.
@@ -300,7 +305,18 @@ def prepare(
     if task == "lm" and source.kind == "hf":
         context = min(context, _position_limit(source) or context)
     setting = _setting(
-        model, data, norms, task, steps, sorted(lrs), batch, context, columns, lookback, horizon
+        model,
+        data,
+        norms,
+        task,
+        steps,
+        sorted(lrs),
+        batch,
+        context,
+        columns,
+        lookback,
+        horizon,
+        keep,
     )
     source, dataset = resolved(setting)
     if source.task != dataset.task:
@@ -311,7 +327,7 @@ def prepare(
     def probe(m: Any) -> float:
         return metric(m, dataset, "val", setting)
 
-    check_arms(source, list(norms), dataset.dims, probe)
+    check_arms(source, list(norms), dataset.dims, probe, tuple(keep))
     fingerprints = {"model": source.fingerprint, "data": dataset.fingerprint}
     return setting, fingerprints, source, dataset
 
@@ -361,6 +377,7 @@ def compare(
     columns: Sequence[str] | None = None,
     lookback: int = 96,
     horizon: int = 24,
+    keep: Sequence[str] = (),
     out: str | Path | None = None,
     jobs: int = 1,
     backend: str = "local",
@@ -392,6 +409,8 @@ def compare(
         columns: the CSV's columns (forecasting; default: every numeric one).
         lookback: the input window (forecasting).
         horizon: the forecast window (forecasting).
+        keep: module-name globs of norm sites every arm leaves as they are (e.g.
+            ``["norm_f"]``: TinyGPT's final norm before the head).
         out: folder for the task cache and, with :meth:`Comparison.write`, the page
             (default: ``compare-out``).
         jobs: parallel worker processes.
@@ -420,6 +439,7 @@ def compare(
         columns=columns,
         lookback=lookback,
         horizon=horizon,
+        keep=keep,
     )
     ref = reference or norms[0]
     if ref not in norms:

@@ -189,7 +189,13 @@ def _base(source: ModelSource, dims: dict[str, Any]) -> nn.Module:
     raise ValueError(f"{source.spec!r} is a forecasting model; build it with its normalizer.")
 
 
-def build(source: ModelSource, arm: str, seed: int, dims: dict[str, Any]) -> nn.Module:
+def build(
+    source: ModelSource,
+    arm: str,
+    seed: int,
+    dims: dict[str, Any],
+    keep: tuple[str, ...] | list[str] = (),
+) -> nn.Module:
     """One arm's fresh model for ``seed``.
 
     Args:
@@ -198,6 +204,8 @@ def build(source: ModelSource, arm: str, seed: int, dims: dict[str, Any]) -> nn.
             or ``"none"``.
         seed: seeds the weights (a pretrained model's weights do not depend on it).
         dims: what the data fix: ``channels``, ``lookback``, ``horizon`` (forecasting).
+        keep: module-name globs (``fnmatch``) of norm sites that keep their original norm,
+            e.g. ``("norm_f",)`` or ``("*ln_f",)`` for the final norm before the head.
     """
     name, kwargs = parse_norm(arm)
     torch.manual_seed(seed)
@@ -209,15 +217,28 @@ def build(source: ModelSource, arm: str, seed: int, dims: dict[str, Any]) -> nn.
         size = {"lookback": dims["lookback"], "horizon": dims["horizon"]}
         norm = None if name in NONE else build_norm(name, dims["channels"], **size, **kwargs)
         return Forecaster(norm, build_backbone(backbone, **size))
-    from normlab.surgery.replace import replace_norms
+    from fnmatch import fnmatch
+
+    from normlab.surgery.replace import is_norm_layer, replace_norms
 
     model = _base(source, dims)
-    if name not in NONE and not replace_norms(model, name, **kwargs):
+    kept = {id(m) for n, m in model.named_modules() if any(fnmatch(n, k) for k in keep)}
+
+    def match(module: nn.Module) -> bool:
+        return is_norm_layer(module) and id(module) not in kept
+
+    if name not in NONE and not replace_norms(model, name, match=match, **kwargs):
         raise ValueError("the model has no LayerNorm/RMSNorm-like layer to replace")
     return model
 
 
-def check_arms(source: ModelSource, arms: list[str], dims: dict[str, Any], probe: Any) -> None:
+def check_arms(
+    source: ModelSource,
+    arms: list[str],
+    dims: dict[str, Any],
+    probe: Any,
+    keep: tuple[str, ...] | list[str] = (),
+) -> None:
     """Build every arm once and run ``probe(model)`` (a forward pass); refuse, with the
     reason, an arm whose swap is impossible.
 
@@ -238,7 +259,7 @@ def check_arms(source: ModelSource, arms: list[str], dims: dict[str, Any], probe
                 raise ValueError(f"Arm {arm!r} is a {kind} method; this model needs a {want}.")
         try:
             with torch.no_grad():
-                out = probe(build(source, arm, 0, dims))
+                out = probe(build(source, arm, 0, dims, keep))
         except Exception as err:  # the reason, not a traceback
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise ValueError(f"Arm {arm!r} cannot be swapped in: {first}") from None

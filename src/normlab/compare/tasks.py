@@ -150,7 +150,7 @@ def _train_one(
 ) -> tuple[Trained, float]:
     """Train ``arm`` at ``lr`` for the setting's steps; score it on validation."""
     start = time.perf_counter()
-    model = build(source, arm, seed, data.dims)
+    model = build(source, arm, seed, data.dims, setting.get("keep") or ())
     steps = int(setting["steps"])
     loss_fn, batches = _loss_and_batches(model, data, setting, seed)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -196,7 +196,7 @@ def run_task(setting: Mapping[str, Any], arm: str, seed: int) -> dict[str, Any]:
     start = time.perf_counter()
     torch.set_num_threads(int(setting.get("threads", 1)))
     source, data = resolved(setting)
-    untrained_model = build(source, arm, seed, data.dims)
+    untrained_model = build(source, arm, seed, data.dims, setting.get("keep") or ())
     untrained = {s: metric(untrained_model, data, s, setting) for s in ("val", "test")}
     own = [0.0]
 
