@@ -227,7 +227,8 @@ def build(
     def match(module: nn.Module) -> bool:
         return is_norm_layer(module) and id(module) not in kept
 
-    if name not in NONE and not replace_norms(model, name, match=match, **kwargs):
+    chosen = match if kept else is_norm_layer  # the default match checks the norm's layout
+    if name not in NONE and not replace_norms(model, name, match=chosen, **kwargs):
         raise ValueError("the model has no LayerNorm/RMSNorm-like layer to replace")
     return model
 
@@ -257,6 +258,12 @@ def check_arms(
             want = "series" if source.task == "forecast" and source.kind == "reference" else "norm"
             if kind != want:
                 raise ValueError(f"Arm {arm!r} is a {kind} method; this model needs a {want}.")
+            layout = getattr(get(name), "layout", "features_last")
+            if want == "norm" and layout != "features_last":
+                raise ValueError(
+                    f"Arm {arm!r} cannot be swapped in: it is a {layout} norm and the sites "
+                    "normalize the last dimension (features_last)."
+                )
         try:
             with torch.no_grad():
                 out = probe(build(source, arm, 0, dims, keep))
