@@ -167,7 +167,7 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
 
 
 def test_one_tree_with_every_subcommand():
-    assert set(_subparsers()) == {"report", "claim", "list", "probe", "fold", "bench"}
+    assert set(_subparsers()) == {"report", "claim", "list", "probe", "fold", "bench", "compare"}
 
 
 @pytest.mark.parametrize("name", ["report", "claim", "list", "probe", "fold", "bench"])
