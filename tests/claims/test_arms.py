@@ -146,3 +146,18 @@ def test_the_learned_premise_reads_the_engines_references():
 def test_a_malformed_placebo_request_is_refused():
     with pytest.raises(ValueError, match="placebo"):
         run_arms(_config(GOOD, placebo={"placebo": "method"}), 0, _train, _test, reference=1)
+
+
+def test_the_engine_records_the_late_share_of_each_chosen_run():
+    def train(arm, params, seed):  # a fast learner converges; a slow one is still learning
+        rate = 0.5 if arm == "method" else 0.002
+        curve = [math.exp(-rate * t) for t in range(200)]
+        return Trained(_train(arm, params, seed).val, {"loss": 0.0, "seed": seed}, None, curve)
+
+    m = run_arms(_config(GOOD), 0, train, _test, reference=5.0)
+    shares = {arm: m["tuning"][arm]["late_share"] for arm in ("method", "baseline")}
+    assert shares["method"] < 0.01 and 0.15 < shares["baseline"] < 0.3, shares
+    claim = _claim(GOOD)
+    ms = [run_arms(claim.config("quick"), s, train, _test, reference=5.0) for s in range(3)]
+    states = {p.name: p.state for p in judge_claim(claim, ms).premises}
+    assert states["method_converged"] == "held" and states["baseline_converged"] == "failed"

@@ -412,3 +412,38 @@ def test_the_minimum_detectable_effect_has_eighty_percent_power():
     hits = np.mean([verdict(d, "greater", margin)[0] == "supported" for d in draws])
     assert hits == pytest.approx(0.8, abs=0.03)
     assert detectable(n, 0.1, "less", margin) < -margin
+
+
+def _shares(ms, shares, arm="baseline"):
+    for m, share in zip(ms, shares, strict=True):
+        m["tuning"] = {arm: {"val": 2.0, "reference": 5.5, "late_share": share}}
+    return ms
+
+
+@pytest.mark.parametrize(
+    ("shares", "state", "verdict_"),
+    [
+        ([0.02, 0.03, 0.025], "held", "supported"),
+        ([0.24, 0.27, 0.26], "failed", "untestable"),  # still learning at a constant rate
+        ([0.05, 0.2, 0.12], "underpowered", "untestable"),  # the interval crosses 0.1
+    ],
+)
+def test_an_under_trained_arm_makes_the_claim_untestable(shares, state, verdict_):
+    ms = _shares(toy_measurements(("x", [0.5, 0.6, 0.55])), shares)
+    result = judge_claim(toy_claim(), ms)
+    converged = {p.name: p for p in result.premises}["baseline_converged"]
+    assert converged.state == state and result.verdict == verdict_
+    if state == "failed":
+        assert "baseline was under-trained at this scale (late share" in result.reason
+        assert result.effects[0].would_be == "supported"
+
+
+def test_a_claim_may_declare_its_own_convergence_bound():
+    ms = _shares(toy_measurements(("x", [0.5, 0.6, 0.55])), [0.24, 0.27, 0.26])
+    bound = Margin(0.5, "paper: trained to a fixed budget, not to convergence")
+    result = judge_claim(toy_claim(convergence=bound), ms)
+    assert result.verdict == "supported"
+    # seeds without a curve (diverged, or a trainer that keeps none) are left out
+    for m in ms:
+        m["tuning"]["baseline"]["late_share"] = None
+    assert [p.name for p in judge_claim(toy_claim(), ms).premises] == ["baseline_learned"]

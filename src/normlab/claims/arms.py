@@ -13,8 +13,8 @@ A claim gives two functions:
 :func:`run_arms` tunes each arm over the config's ``"search"`` with
 :func:`~normlab.claims.protocol.tune_arms` (equal grid trials, selection on validation,
 edge extension on every axis, ties without a direction bias), records each arm's trivial
-reference for the learned premise, its divergence, and the chosen parameters beside its
-test metrics.
+reference for the learned premise, the late share of its training curve for the
+convergence premise, its divergence, and the chosen parameters beside its test metrics.
 
 **The A/A placebo.** With ``config["placebo"] = {"method": M, "baseline": B}`` (set by the
 runner, never by a claim), arm ``M`` is the baseline ``B`` trained again through ``M``'s
@@ -33,6 +33,7 @@ from typing import Any
 
 from normlab.claims.core import Measurement
 from normlab.claims.protocol import PLACEBO_KEY, placebo_pair, reference_of, tune_arms
+from normlab.training.fit import late_share
 
 __all__ = ["Trained", "placebo_seed", "run_arms"]
 
@@ -47,11 +48,16 @@ class Trained:
         model: whatever ``test`` needs (the model, predictions, curves).
         diverged: ``{"step", "last"}`` of a run that diverged (e.g.
             ``FitResult.diverged.record()``), or None.
+        curve: the run's lower-is-better curve in training order (e.g.
+            ``FitResult.losses``), or None; the engine records the share of its
+            improvement made in the last quarter for the convergence premise
+            (:func:`~normlab.training.fit.late_share`).
     """
 
     val: float
     model: Any = None
     diverged: Mapping[str, Any] | None = None
+    curve: Sequence[float] | None = None
 
 
 def placebo_seed(seed: int) -> int:
@@ -83,7 +89,8 @@ def run_arms(
 
     Returns:
         The measurement: ``"table"`` (arm -> test metrics and the chosen parameters),
-        ``"tuning"`` (the placebo arm's record marked ``"placebo_of"``) and ``"diverged"``.
+        ``"tuning"`` (the placebo arm's record marked ``"placebo_of"``; ``"late_share"``
+        for an arm whose chosen run gave a curve) and ``"diverged"``.
     """
     placebo = placebo_pair(config)
 
@@ -114,5 +121,8 @@ def run_arms(
         trained: Trained = t.result
         if trained.diverged is not None:
             diverged[arm] = dict(trained.diverged)
+        elif trained.curve is not None:
+            share = late_share(trained.curve)
+            records[arm]["late_share"] = share if math.isfinite(share) else None
         table[arm] = {**dict(test(source(arm)[0], trained)), **t.chosen}
     return {"table": table, "tuning": records, "diverged": diverged}

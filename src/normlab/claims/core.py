@@ -525,6 +525,8 @@ class Claim:
         hypothesis: the claim in one sentence.
         primary: the headline effect; its verdict is the claim's.
         headline: the paper's own headline number, shown beside the primary effect.
+        quote: the abstract's words that the primary tests, verbatim (a sentence or the
+            clause that makes the claim), shown beside the hypothesis that restates them.
         configs: per-scale settings; each must hold ``"seeds"`` (how many) and, unless
             ``untuned`` says why not, a ``"search"`` (each arm's search space; the
             catalogue's tests require one or the other).
@@ -547,6 +549,9 @@ class Claim:
             figure draws different panels at different scales.
         exclusive: the measurement is a timing: the runner runs this claim's tasks alone,
             one at a time in its own process, after every other task has finished.
+        convergence: the convergence premise's bound on the late share of a tuned arm's
+            training curve, when not the engine's default
+            (:data:`normlab.claims.rule.CONVERGED`).
     """
 
     id: str
@@ -569,6 +574,8 @@ class Claim:
     figure: Callable[[Sequence[Measurement]], Any] | None = None
     caption: str | Mapping[str, str] = ""
     exclusive: bool = False
+    convergence: Margin | None = None
+    quote: str = ""
 
     def __post_init__(self) -> None:
         if not _ID.fullmatch(self.id):

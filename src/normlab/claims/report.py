@@ -222,6 +222,7 @@ def claim_record(result: ClaimResult) -> dict[str, Any]:
         "paper": c.paper,
         "hypothesis": c.hypothesis,
         "headline": c.headline,
+        "quote": c.quote,
         "setup": c.setup,
         "scale_note": c.scale_note,
         "caption": caption_at(c, result.scale),

@@ -282,6 +282,12 @@ def _checks(checks: Sequence[Mapping[str, Any]]) -> str:
     return f"<h3>Implementation checks (run once)</h3><ul class='checks'>{items}</ul>"
 
 
+def _quote(c: Mapping[str, Any]) -> str:
+    """The abstract's words the primary tests, beside the hypothesis that restates them."""
+    quote = c.get("quote") or ""
+    return f"<p><b>The abstract says.</b> &ldquo;{esc(quote)}&rdquo;</p>\n" if quote else ""
+
+
 def _code_name(name: str) -> str:
     """Text with code-like names (``softmax_suppresses_far_score``), escaped, that may wrap
     after each underscore (``<wbr>``) rather than mid-word."""
@@ -648,7 +654,7 @@ def render_claim(
 <p class="why"><b>Why.</b> {_code_name(c["why"])}</p>
 <p class="small">Robustness: {_robustness_cell(c)}. Premises held: {held} of {total}.
 Null calibration: {_null_mark(c.get("null")) or "n/a"}.</p>
-<p><b>Hypothesis.</b> {esc(c["hypothesis"])}</p>
+{_quote(c)}<p><b>Hypothesis.</b> {esc(c["hypothesis"])}</p>
 <p><b>Setup ({esc(c["scale"])}, {c["seeds"]} seed{"s" if c["seeds"] != 1 else ""}).</b>
 {esc(c["setup"])}</p>{note}
 <p><b>Paper's headline, for scale.</b> {esc(c["headline"])}</p>

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
@@ -31,6 +31,7 @@ from normlab.claims.core import (
     CheckOutcome,
     Claim,
     Effect,
+    Margin,
     Measurement,
     Precondition,
     Premise,
@@ -39,12 +40,14 @@ from normlab.claims.core import (
 )
 
 __all__ = [
+    "CONVERGED",
     "LEVEL",
     "RULE",
     "CheckVerdict",
     "ClaimVerdict",
     "EffectVerdict",
     "PremiseVerdict",
+    "converged_premises",
     "detectable",
     "interval",
     "judge_claim",
@@ -451,11 +454,74 @@ LEARNED_SOURCE = (
 )
 
 
+#: The convergence premise's default bound (a claim may declare its own).
+CONVERGED = Margin(
+    0.1,
+    "normlab's choice: a run whose last quarter still made more than a tenth of its whole "
+    "improvement was stopped while learning (a constant rate gives 0.28, 1/t gives 0.01)",
+)
+
+
 def _arms_of(effect: Effect) -> set[str]:
     arms = {effect.method, effect.baseline} - {""}
     for part in effect.parts:
         arms |= _arms_of(part)
     return arms
+
+
+def _engine_premise(
+    name: str,
+    description: str,
+    values: Sequence[float],
+    direction: str,
+    margin: Margin,
+    gates: tuple[str, ...],
+    why: Callable[[str, str], str],
+    forced: str = "",
+) -> PremiseVerdict:
+    """A premise the engine adds (not declared by the claim), judged by :func:`verdict`;
+    ``forced`` is a contradiction's reason that the values alone would not give."""
+    finite = [v for v in values if math.isfinite(v)]
+    mean, _, lo, hi = interval(finite)
+    if forced:
+        label, reason = "contradicted", forced
+    else:
+        label, reason = verdict(values, direction, margin.value, source=margin.source)
+    state = _state(label)
+    if state != "held":
+        reason = f"{why(_span(mean, lo, hi), state)}: {reason}"
+    return PremiseVerdict(
+        name,
+        description,
+        tuple(values),
+        mean,
+        lo,
+        hi,
+        direction,
+        margin.value,
+        margin.source,
+        "",
+        state == "held",
+        reason,
+        gates,
+        state,
+    )
+
+
+def _tuned_arms(measurements: Sequence[Measurement], key: str) -> list[str]:
+    """The tuned arms whose record holds ``key`` (with a value) in some seed, in order."""
+    arms: list[str] = []
+    for m in measurements:
+        for arm, record in (m.get("tuning") or {}).items():
+            if record.get(key) is not None and arm not in arms:
+                arms.append(arm)
+    return arms
+
+
+def _gates(arm: str, effects: Sequence[Effect]) -> tuple[str, ...]:
+    """The effects an arm's engine premise gates: those comparing it, and those naming no
+    arm."""
+    return tuple(e.name for e in effects if arm in _arms_of(e) or not _arms_of(e))
 
 
 def learned_premises(
@@ -468,46 +534,62 @@ def learned_premises(
     A seed whose every trial diverged (no finite validation score) fails it outright. The
     premise gates the effects that compare the arm, and every effect that names no arm.
     """
-    arms: list[str] = []
-    for m in measurements:
-        for arm, record in (m.get("tuning") or {}).items():
-            if record.get("reference") is not None and arm not in arms:
-                arms.append(arm)
     out = []
-    for arm in arms:
+    for arm in _tuned_arms(measurements, "reference"):
         values = []
         for m in measurements:
             record = (m.get("tuning") or {}).get(arm) or {}
             ref, val = record.get("reference"), record.get("val")
             values.append(math.nan if ref is None else (-math.inf if val is None else ref - val))
-        gates = tuple(e.name for e in effects if arm in _arms_of(e) or not _arms_of(e))
-        finite = [v for v in values if math.isfinite(v)]
-        mean, _, lo, hi = interval(finite)
         diverged = [i for i, v in enumerate(values) if v == -math.inf]
-        if diverged:
-            label, reason = "contradicted", f"every trial diverged in seed(s) {diverged}"
-        else:
-            label, reason = verdict(values, "greater", 0.0, source=LEARNED_SOURCE)
-        state = _state(label)
-        if state != "held":
-            reason = f"{arm} did not train ({_span(mean, lo, hi)} vs its reference): {reason}"
         out.append(
-            PremiseVerdict(
+            _engine_premise(
                 f"{arm}_learned",
                 f"{arm} beats its trivial reference on validation (reference minus the "
                 "tuned validation score)",
-                tuple(values),
-                mean,
-                lo,
-                hi,
+                values,
                 "greater",
-                0.0,
-                LEARNED_SOURCE,
-                "",
-                state == "held",
-                reason,
-                gates,
-                state,
+                Margin(0.0, LEARNED_SOURCE),
+                _gates(arm, effects),
+                lambda span, _, arm=arm: f"{arm} did not train ({span} vs its reference)",
+                f"every trial diverged in seed(s) {diverged}" if diverged else "",
+            )
+        )
+    return tuple(out)
+
+
+def converged_premises(
+    measurements: Sequence[Measurement],
+    effects: Sequence[Effect],
+    bound: Margin = CONVERGED,
+) -> tuple[PremiseVerdict, ...]:
+    """The engine's convergence premise for every tuned arm whose chosen run gave a curve
+    (:class:`~normlab.claims.arms.Trained` ``curve``): per seed, the share of the run's
+    improvement made in its last quarter (:func:`~normlab.training.fit.late_share`) must
+    lie below ``bound``. "failed" reads "under-trained at this scale": the arm was still
+    learning when its budget ended, so a comparison says more about the budget than about
+    the method. Seeds that diverged or gave no curve are left out; the premise gates as the
+    learned premise does."""
+    out = []
+    for arm in _tuned_arms(measurements, "late_share"):
+        values = []
+        for m in measurements:
+            share = ((m.get("tuning") or {}).get(arm) or {}).get("late_share")
+            if share is not None:
+                values.append(float(share))
+        out.append(
+            _engine_premise(
+                f"{arm}_converged",
+                f"share of {arm}'s training improvement made in its last quarter",
+                values,
+                "no_greater",
+                bound,
+                _gates(arm, effects),
+                lambda span, state, arm=arm: (
+                    f"{arm} was under-trained at this scale (late share {span})"
+                    if state == "failed"
+                    else f"{arm}'s convergence is not shown (late share {span})"
+                ),
             )
         )
     return tuple(out)
@@ -588,7 +670,7 @@ def _checks(claim: Claim, outcomes: Mapping[str, CheckOutcome]) -> tuple[CheckVe
 
 
 def _not_shown(p: PremiseVerdict) -> str:
-    if p.name.endswith("_learned") and p.margin_source == LEARNED_SOURCE:
+    if p.name.endswith(("_learned", "_converged")):  # the engine's: the reason says it all
         return p.reason
     state = "failed" if p.state == "failed" else "underpowered"
     return f"premise {p.name} {state} ({p.reason})"
@@ -617,7 +699,10 @@ def judge_claim(
             judge_premise(p, measurements, names)
             for p in (*claim.premises, *claim.preconditions)
             if measured_at(p, scale)
-        ) + learned_premises(measurements, [e for e in claim.effects if measured_at(e, scale)])
+        )
+        judged = [e for e in claim.effects if measured_at(e, scale)]
+        pres += learned_premises(measurements, judged)
+        pres += converged_premises(measurements, judged, claim.convergence or CONVERGED)
         failed_pres = [p for p in pres if not p.held]
         effects = []
         roles = ["primary"] + ["secondary"] * len(claim.secondary)

@@ -20,7 +20,7 @@ import torch
 
 from normlab._progress import report_progress
 
-__all__ = ["Divergence", "EpochBatches", "FitResult", "fit"]
+__all__ = ["Divergence", "EpochBatches", "FitResult", "fit", "late_share"]
 
 Batch = Any
 
@@ -60,6 +60,37 @@ class FitResult:
     def final_loss(self) -> float:
         """The last step's training loss (NaN when no step completed)."""
         return self.losses[-1] if self.losses else math.nan
+
+
+def late_share(curve: Sequence[float], window: float = 0.1) -> float:
+    """The share of a run's improvement that came in its last quarter: how far from
+    converged a lower-is-better curve (training losses per step, validation scores per
+    evaluation) still was when training stopped.
+
+    ``(c(3/4) - c(end)) / (c(start) - c(end))``, each ``c`` the mean of a window of
+    ``window`` of the curve's points (at least one) at the start, ending at three quarters,
+    and at the end. About 0 for a run that had converged, 0.28 for one still
+    improving at a constant rate. NaN when the curve has fewer than 8 finite points or did
+    not improve overall (the learned premise judges that).
+
+    >>> round(late_share([1.0 / (1 + t) for t in range(400)]), 3)
+    0.009
+    >>> round(late_share([1.0 - t / 400 for t in range(400)]), 2)
+    0.28
+    """
+    values = [float(v) for v in curve]
+    n = len(values)
+    if n < 8 or not all(math.isfinite(v) for v in values):
+        return math.nan
+    k = max(1, round(window * n))
+    three_quarters = round(0.75 * n)
+
+    def mean(lo: int, hi: int) -> float:
+        return sum(values[lo:hi]) / (hi - lo)
+
+    start, late, end = mean(0, k), mean(three_quarters - k, three_quarters), mean(n - k, n)
+    total = start - end
+    return (late - end) / total if total > 0 else math.nan
 
 
 class EpochBatches:

@@ -95,7 +95,8 @@ def test_windows(batch: int, context: int, seed: int) -> tuple[torch.Tensor, tor
 def lm_trial(model_config: GPTConfig, train_config: LMTrainConfig, seed: int) -> Trained:
     """One trial of the engine's ``train`` for a TinyGPT (trained or read from the model
     cache): scored by the trainer's last validation bits per byte (the "val" split's
-    windows; inf if diverged), with ``(model, log)`` and the divergence record."""
+    windows; inf if diverged), with ``(model, log)``, the divergence record and the
+    training bits per byte logged every 10 steps as the convergence premise's curve."""
     model, log = train_lm(model_config, train_config, seed)
     val = math.inf if log.get("diverged") else float(log["val_bpb"][-1])
-    return Trained(val, (model, log), log.get("diverged"))
+    return Trained(val, (model, log), log.get("diverged"), log["train_bpb"])
