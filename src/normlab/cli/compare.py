@@ -94,7 +94,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=jobs_type, default=1, help="parallel workers ('auto')")
     p.add_argument("--backend", choices=("local", "ray"), default="local", help="where tasks run")
     p.add_argument("--address", default=None, help="Ray cluster address (with --backend ray)")
-    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument(
+        "--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bar"
+    )
     p.set_defaults(func=run)
 
 
