@@ -81,3 +81,19 @@ def test_running_normalizer_matches_gymnasium_running_mean_std():
     clone = RunningRewardNormalizer(center=True)
     clone.load_state_dict(ours.state_dict())
     assert clone.normalize(2.0) == ours.normalize(2.0)
+
+
+def test_steady_state_error_is_zero_once_settled_and_large_after_one_step():
+    from normlab.rl.kalman import steady_state_error
+
+    assert steady_state_error(1e-2, 1e-1) < 1e-12
+    assert steady_state_error(1e-2, 1e-1, n=1) > 1e-3  # one step from P0 = 1: not yet
+
+
+def test_per_episode_form_restarts_each_call_and_per_step_carries_state():
+    g = np.linspace(60.0, 1.0, 50)
+    episode = KalmanRewardNormalizer(mode="episode")
+    first, second = episode(g), episode(g)
+    np.testing.assert_array_equal(first, second)  # a fresh filter per episode
+    step = KalmanRewardNormalizer(mode="step")
+    assert not np.array_equal(step(g), step(g))  # one filter across episodes

@@ -75,3 +75,9 @@ def test_kalman_wrapper_single_and_vector():
     assert fresh.state_dict() == state
     with pytest.raises(ValueError, match="mode='step'"):
         KalmanNormalizeReward(gym.make("CartPole-v1"), mode="episode")
+
+
+def test_gymnasium_reward_gap_is_zero():
+    from normlab.rl.wrappers import gymnasium_reward_gap
+
+    assert gymnasium_reward_gap(steps=50) < 1e-12

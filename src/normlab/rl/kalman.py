@@ -18,7 +18,12 @@ import torch
 
 from normlab.papers import paper
 
-__all__ = ["KalmanRewardNormalizer", "RunningRewardNormalizer", "kalman_steady_state"]
+__all__ = [
+    "KalmanRewardNormalizer",
+    "RunningRewardNormalizer",
+    "kalman_steady_state",
+    "steady_state_error",
+]
 
 _PAPER = paper("kalman")
 
@@ -50,6 +55,17 @@ def kalman_steady_state(q: float, r: float) -> tuple[float, float]:
     m = 0.5 * (q + math.sqrt(q * q + 4.0 * q * r))
     k = m / (m + r)
     return k, (1.0 - k) * m
+
+
+def steady_state_error(q: float, r: float, n: int = 500) -> float:
+    """How far a step-mode :class:`KalmanRewardNormalizer` is from the closed-form steady
+    state (:func:`kalman_steady_state`) after ``n`` observations (a ramp 0..50):
+    ``max(|K - K*|, |P - P*|)``; the gain and variance do not depend on the values, so this
+    is 0 up to rounding once the recursion has settled."""
+    f = KalmanRewardNormalizer(q=q, r=r)
+    f.update(np.linspace(0.0, 50.0, n))
+    k, p = kalman_steady_state(q, r)
+    return max(abs(f.gain - k), abs(f.p - p))
 
 
 def _check_qr(q: float, r: float) -> None:

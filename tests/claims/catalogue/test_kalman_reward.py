@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from normlab.claims import get_claim
+from normlab.claims.rule import judge_claim
 from normlab.rl import KalmanRewardNormalizer, RunningRewardNormalizer
 from normlab.training.policy import normalize_returns, summarize_returns
 
@@ -50,6 +51,7 @@ def _m(auc_k: float, auc_z: float, sd_k: float = 50.0) -> dict:
     row = {"auc": 0.0, "final": 200.0, "late_sd": 50.0, "episodes_to_475": 100.0}
     table = {arm: dict(row) for arm in ARMS}
     table["kalman"].update(auc=auc_k, late_sd=sd_k, episodes_to_475=200 - auc_k / 2)
+    table["kalman-step"]["auc"] = auc_k
     table["zscore"].update(auc=auc_z, episodes_to_475=200 - auc_z / 2)
     table["reinforce-kalman"]["auc"] = auc_k
     table["reinforce-running"]["auc"] = auc_z
@@ -72,3 +74,34 @@ def test_episodes_to_475_is_read_only_when_the_baseline_solves():
     solved = {"table": {"zscore": {"solved": 1.0}}}
     unsolved = {"table": {"zscore": {"solved": 0.0}}}
     assert pre.fn(solved) >= pre.threshold > pre.fn(unsolved)
+
+
+def test_primary_is_the_per_episode_filter_and_the_per_step_form_a_secondary():
+    assert (CLAIM.primary.method, CLAIM.primary.baseline) == ("kalman", "zscore")
+    per_step = next(e for e in CLAIM.secondary if e.method == "kalman-step")
+    assert per_step.baseline == "zscore"
+    quick = CLAIM.config("quick")["search"]
+    assert quick["extend"] >= 1
+    for arm in ("kalman", "kalman-step", "reinforce-kalman"):  # Q and R both searched
+        assert {"lr", "q", "r"} <= set(quick["per_arm"][arm]), arm
+        assert all(len(quick["per_arm"][arm][k]) >= 2 for k in ("q", "r")), arm
+
+
+def test_training_sd_is_untestable_when_kalman_does_not_learn():
+    row = {"auc": 100.0, "final": 150.0, "late_sd": 50.0, "episodes_to_475": 160.0}
+    row |= {"solved": 0.0}
+    ms = []
+    for i in range(8):
+        table = {arm: dict(row) for arm in ARMS}
+        table["kalman"].update(final=30.0 + i, late_sd=10.0 + i)  # 8-15 above random
+        ms.append({"table": table})
+    verdict = judge_claim(CLAIM, ms)
+    premise = next(p for p in verdict.premises if p.name == "kalman_learns")
+    assert not premise.held
+    sd = next(e for e in verdict.effects if e.name == "training_sd")
+    assert sd.verdict == "untestable"
+    for i, m in enumerate(ms):  # learning: the premise holds and the spread is read
+        m["table"]["kalman"]["final"] = 200.0 + i
+    verdict = judge_claim(CLAIM, ms)
+    assert next(p for p in verdict.premises if p.name == "kalman_learns").held
+    assert next(e for e in verdict.effects if e.name == "training_sd").verdict == "supported"
