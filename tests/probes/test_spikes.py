@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from normlab.probes.spikes import curvature_peak, spike_size
+from normlab.probes.spikes import coincidence, curvature_peak, spike_size
 
 
 def test_spike_size_and_curvature_peak_on_planted_series():
@@ -21,3 +21,23 @@ def test_spike_size_and_curvature_peak_on_planted_series():
     q = curvature_peak(bump, 5, 2)
     # the median moves by one trend step (1/49) when the bump leaves it
     assert abs(q[23] - math.log(3)) < 0.03 and q[20] < 1e-12
+
+
+def test_coincidence_detects_aligned_peaks_and_not_misaligned_ones():
+    rng = np.random.default_rng(0)
+    t = 400
+    loss = np.exp(-np.linspace(0, 8, t)) * (1 + 0.01 * rng.random(t))
+    curv = 10 + 0.01 * rng.random(t)
+    cfg = {"window": 20, "tau": 3, "burn": 20, "shifts": 100, "spike_abs": 0.1}
+    for s in (120, 260):
+        loss[s : s + 5] = 1.0
+    aligned = curv.copy()
+    aligned[[119, 259]] = 20.0
+    apart = curv.copy()
+    apart[[60, 330]] = 20.0
+    good, bad = coincidence(loss, aligned, **cfg), coincidence(loss, apart, **cfg)
+    assert good["spikes"] == 2 and bad["spikes"] == 2
+    assert good["rho"] - good["rho_placebo"] > 0.1
+    assert bad["rho"] - bad["rho_placebo"] < 0.05
+    smooth = coincidence(np.exp(-np.linspace(0, 8, t)), aligned, **cfg)
+    assert smooth["spikes"] == 0 and smooth["rho"] == 0.0  # no spike: no coincidence

@@ -38,3 +38,24 @@ def test_training_records_finite_curvature_each_step():
     assert all(math.isfinite(c) and c > 0 for c in out["curvature"])
     # with unit LN gains at init the curvature is 1 / (smallest input std)
     assert out["curvature"][0] == pytest.approx(1 / out["min_scale"][0], rel=0.05)
+
+
+def test_set_loss_is_the_fixed_sets_loss_at_the_steps_parameters():
+    torch.set_num_threads(1)
+    cfg = {
+        "p": 5,
+        "length": 4,
+        "positions": [0, 1],
+        "d_model": 8,
+        "n_layers": 1,
+        "n_heads": 2,
+        "lr": 1e-2,
+        "weight_decay": 0.0,
+        "train_size": 32,
+        "batch": 32,  # full batch: the step's loss is the whole set's
+        "steps": 4,
+        "loss_sequences": 32,
+    }
+    out = train_modular(cfg, 0)
+    assert out["set_loss"] == pytest.approx(out["loss"], rel=1e-5)
+    assert "set_loss" not in train_modular({**cfg, "loss_sequences": 0}, 0)

@@ -38,12 +38,15 @@ def train_modular(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     deterministic) when ``batch >= train_size``. The curvature is measured on a fixed probe
     batch of ``probe_size`` (default 64) sequences at the parameters the step's loss was
     computed with (before the update), every ``curvature_every`` steps (default 1).
-    Optional keys: ``adam_eps`` (default 1e-8), ``betas`` (default (0.9, 0.98)).
+    Optional keys: ``adam_eps`` (default 1e-8), ``betas`` (default (0.9, 0.98)),
+    ``loss_sequences`` (default 0): when positive, the loss of the first this many training
+    sequences (a fixed set, free of the minibatch's resampling noise) is also recorded at
+    every step, at the same parameters as the curvature, as ``"set_loss"``.
 
     Returns ``{"loss", "curvature", "curvature_step", "min_scale", "test_acc", "diverged"}``
-    (test accuracy at the end; ``curvature_step`` the steps the curvature was measured at;
-    ``diverged`` None, or the record of the step whose loss was not finite, where the run
-    stopped).
+    and ``"set_loss"`` when asked (test accuracy at the end; ``curvature_step`` the steps the
+    curvature was measured at; ``diverged`` None, or the record of the step whose loss was
+    not finite, where the run stopped).
     """
     gen = torch.Generator().manual_seed(seed)
     p, length, positions = config["p"], config["length"], tuple(config["positions"])
@@ -74,6 +77,9 @@ def train_modular(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     every = int(config.get("curvature_every", 1))
     full = config["batch"] >= len(train_y)
     out: dict[str, Any] = {"curvature": [], "curvature_step": [], "min_scale": []}
+    fixed = int(config.get("loss_sequences", 0))
+    if fixed > 0:
+        out["set_loss"] = []
 
     def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
         # the curvature at the parameters this step's loss is computed with
@@ -82,6 +88,10 @@ def train_modular(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
             out["curvature"].append(rec.overall_max)
             out["curvature_step"].append(float(step))
             out["min_scale"].append(min(rec.min_scale))
+        if fixed > 0:
+            with torch.no_grad():
+                logits = model(train_x[:fixed])[:, -1]
+                out["set_loss"].append(float(F.cross_entropy(logits, train_y[:fixed])))
         if full:
             return train_x, train_y
         idx = torch.randint(0, len(train_y), (config["batch"],), generator=gen)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from normlab.claims.catalogue.curvature_spikes import CLAIM, _coincidence
+from normlab.claims.catalogue.curvature_spikes import CLAIM
+from normlab.claims.rule import judge_claim
 
 
 def test_smoke_run_checks_and_effect_signs(smoke_measurement):
@@ -31,19 +30,25 @@ def test_smoke_run_checks_and_effect_signs(smoke_measurement):
     assert premise.fn(table(0.3, 1.0)) > premise.margin.value > premise.fn(table(0.3, 0.0))
 
 
-def test_coincidence_detects_aligned_peaks_and_not_misaligned_ones():
-    rng = np.random.default_rng(0)
-    t = 400
-    loss = np.exp(-np.linspace(0, 8, t)) * (1 + 0.01 * rng.random(t))
-    curv = 10 + 0.01 * rng.random(t)
-    cfg = {"window": 20, "tau": 3, "burn": 20, "shifts": 100, "spike_abs": 0.1}
-    for s in (120, 260):
-        loss[s : s + 5] = 1.0
-    aligned = curv.copy()
-    aligned[[119, 259]] = 20.0
-    apart = curv.copy()
-    apart[[60, 330]] = 20.0
-    good, bad = _coincidence(loss, aligned, cfg), _coincidence(loss, apart, cfg)
-    assert good["spikes"] == 2 and bad["spikes"] == 2
-    assert good["rho"] - good["rho_placebo"] > CLAIM.primary.margin.value
-    assert bad["rho"] - bad["rho_placebo"] < CLAIM.primary.margin.value
+def _m(rho: float, spiked: float, acc: float = 1.0) -> dict:
+    rows = {"observed": {"rho": rho}, "placebo": {"rho": 0.0}}
+    return {"table": {**rows, "modular": {"spiked": spiked, "test_acc": acc}}}
+
+
+def _primary(measurements: list) -> str:
+    return judge_claim(CLAIM, measurements).effects[0].verdict
+
+
+def test_the_controls_can_fail():
+    rhos = [0.2, 0.25, 0.3, 0.22, 0.28, 0.24]
+    assert _primary([_m(r, 1.0) for r in rhos]) == "supported"
+    # no spikes in most seeds: nothing to coincide, untestable
+    assert _primary([_m(r, float(i < 2)) for i, r in enumerate(rhos)]) == ("untestable")
+    # a model that only memorises (test accuracy at chance): untestable
+    assert _primary([_m(r, 1.0, 0.1) for r in rhos]) == "untestable"
+
+
+def test_spikes_are_read_on_the_training_sets_loss(smoke_measurement):
+    cfg = CLAIM.config("smoke")
+    assert cfg["loss_sequences"] == cfg["train_size"]
+    assert CLAIM.config("quick")["loss_sequences"] == CLAIM.config("quick")["train_size"]

@@ -5,29 +5,23 @@ the high curvature of the normalization layers. Here a one-block pre-LN TinyGPT 
 with mini-batch AdamW (no warm-up, no clipping) on a fixed training set of the task
 (:func:`normlab.training.modular.train_modular`) large enough to cover every pair of summed
 tokens, so the model generalises (test accuracy near 1 in most seeds, checked by a
-precondition) rather than memorising a few sequences; at every step the loss
-``L_t`` and the curvature ``c_t`` (the largest spectral norm of any LayerNorm's Jacobian over
-the tokens of a fixed probe batch, :func:`normlab.probes.dynamics.norm_curvature`, at the
-same parameters as ``L_t``) are recorded. Two series, both 0 on a smooth trend:
+precondition) rather than memorising a few sequences; at every step the loss ``L_t`` of the
+whole fixed training set (not the step's resampled minibatch, whose noise would read as
+spikes) and the curvature ``c_t`` (the largest spectral norm of any LayerNorm's Jacobian
+over the tokens of a fixed probe batch of 64 sequences,
+:func:`normlab.probes.dynamics.norm_curvature`, at the same parameters as ``L_t``) are
+recorded. :func:`normlab.probes.spikes.coincidence` scores spike size ``a_t`` (the rise of
+the log-loss above its minimum over the previous ``w`` steps, at steps whose loss at least
+doubled and rose ``spike_abs`` nats) and curvature peak ``q_t`` (log-curvature above its
+centred running median, max-pooled over ``+-tau`` steps), both 0 on a smooth trend.
 
-- spike size ``a_t = log L_t - min_{t-w <= s < t} log L_s`` at spike steps, else 0: the rise
-  of the log-loss above its minimum over the previous ``w`` steps, where a spike step is one
-  whose loss is at least twice that minimum and at least ``spike_abs`` nats above it;
-- curvature peak ``q_t = max_{|s-t| <= tau} (log c_s - median_{|r-s| <= w} log c_r)``, the
-  excess of log-curvature over its centred running median, allowing ``tau`` steps of lead or
-  lag between the two peaks.
-
-The effect is the Spearman correlation of ``a`` and ``q`` over time (after ``burn`` steps of
-initial transient) minus the mean correlation of ``a`` with circularly shifted copies of
-``q`` (200 shifts of at least ``w + tau`` steps): the shifts keep both series' own
-autocorrelation and marginals and destroy only their alignment. "spikes" counts onsets
-after ``burn`` (a spike step whose predecessor is not one); a run without a spike has a
-constant ``a`` and is scored 0 (no coincidence). The table holds the observed and placebo
-correlations as two rows (``observed``, ``placebo``), exchangeable when spikes and
-curvature are unrelated. ``tau = 3`` was fixed before the quick run (normlab's choice: a
-spike builds over a few steps, and the curvature is read at the pre-update parameters, so
-peaks may lead the loss by a step or two); it is a free setting with neighbours 1 and 6.
-Premise: the loss does spike after the burn-in.
+The effect is the Spearman correlation of ``a`` and ``q`` over time (after ``burn`` steps)
+minus its mean over circular shifts of ``q`` (which keep both series' autocorrelation and
+destroy only their alignment); a run without a spike scores 0. The table holds the observed
+and placebo correlations as two rows, exchangeable when spikes and curvature are unrelated.
+``tau = 3`` was fixed before the quick run (a spike builds over a few steps, and the
+curvature is read at the pre-update parameters); neighbours 1 and 6. Premise: the loss does
+spike after the burn-in.
 """
 
 from __future__ import annotations
@@ -36,11 +30,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from normlab.claims.catalogue._lm_settings import lm_free
-from normlab.claims.common import seed_everything, spearman
+from normlab.claims.common import seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -55,39 +48,10 @@ from normlab.claims.core import (
 )
 from normlab.papers import paper
 from normlab.probes.dynamics import norm_curvature, norm_jacobian
-from normlab.probes.spikes import curvature_peak, spike_size
+from normlab.probes.spikes import coincidence
 from normlab.training.modular import train_modular
 
 __all__ = ["CLAIM", "run"]
-
-
-def _coincidence(
-    loss: Sequence[float], curvature: Sequence[float], config: Mapping[str, Any]
-) -> dict[str, float]:
-    """Observed and placebo (circular-shift) rank correlations, and the spike count."""
-    w, tau, burn = config["window"], config["tau"], config["burn"]
-    rise = spike_size(loss, w)
-    lossv = np.asarray(loss, dtype=float)
-    recent_min = lossv * np.exp(-rise)
-    spiking = (rise >= math.log(2)) & (lossv - recent_min >= config["spike_abs"])
-    a = np.where(spiking, rise, 0.0)[burn:]
-    spiking = spiking[burn:]
-    onsets = int(np.sum(spiking[1:] & ~spiking[:-1]) + spiking[0]) if len(a) else 0
-    q = curvature_peak(curvature, w, tau)[burn:]
-    lo = w + tau
-    shifts = np.unique(np.linspace(lo, len(a) - lo, config["shifts"]).astype(int))
-    placebo = [spearman(a, np.roll(q, int(j))) for j in shifts]
-    observed = spearman(a, q)
-    finite = [p for p in placebo if math.isfinite(p)]
-    return {
-        # a constant spike series (no rise at all) correlates with nothing: 0, not NaN
-        "rho": observed if math.isfinite(observed) else 0.0,
-        "rho_placebo": float(np.mean(finite)) if finite else 0.0,
-        "rho_placebo_sd": float(np.std(finite)) if finite else 0.0,
-        "spikes": float(onsets),
-        "spiked": float(onsets >= 1),
-        "max_spike": float(a.max()) if len(a) else 0.0,
-    }
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -96,9 +60,12 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         raise ValueError("curvature-spikes needs the curvature at every step (curvature_every=1).")
     seed_everything(seed)
     out = train_modular(config, seed)
-    # a diverged run stops before its non-finite step's loss: align the two series
-    out["curvature"] = out["curvature"][: len(out["loss"])]
-    stats = _coincidence(out["loss"], out["curvature"], config)
+    # spikes read on the fixed training set's loss (no minibatch noise), else the step's
+    loss = out["set_loss"] if config["loss_sequences"] else out["loss"]
+    # a diverged run stops before its non-finite step's loss: align the series
+    loss, out["curvature"] = loss[: len(out["loss"])], out["curvature"][: len(out["loss"])]
+    keys = ("window", "tau", "burn", "shifts", "spike_abs")
+    stats = coincidence(loss, out["curvature"], **{k: config[k] for k in keys})
     stats["final_loss"] = out["loss"][-1] if out["loss"] else math.nan
     stats["test_acc"] = out["test_acc"][0]
     table = {
@@ -108,7 +75,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     }
     return {
         "table": table,
-        "curves": {"loss": out["loss"], "curvature": out["curvature"]},
+        "curves": {"loss": loss, "curvature": out["curvature"]},
         "diverged": {} if out["diverged"] is None else {"modular": out["diverged"]},
     }
 
@@ -146,28 +113,20 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     return fig
 
 
+# fmt: off
 _BASE = {
-    "p": 11,
-    "length": 4,
-    "positions": [0, 1],
-    "d_model": 16,
-    "n_layers": 1,
-    "n_heads": 2,
-    "lr": 1e-2,
-    "weight_decay": 0.0,
-    "train_size": 1024,
-    "batch": 64,
-    "probe_size": 8,
-    "window": 20,
-    "tau": 3,
-    "shifts": 200,
-    "spike_abs": 0.1,
+    "p": 11, "length": 4, "positions": [0, 1], "d_model": 16, "n_layers": 1, "n_heads": 2,
+    "lr": 1e-2, "weight_decay": 0.0, "train_size": 1024, "batch": 64, "probe_size": 64,
+    "loss_sequences": 1024, "window": 20, "tau": 3, "shifts": 200, "spike_abs": 0.1,
 }
+# fmt: on
 
 CLAIM = register_claim(
     Claim(
         id="curvature-spikes",
         paper=paper("curvature-spikes"),
+        quote="we uncover a two-stage learning and the occurrences of loss spikes due to the "
+        "high curvature of normalization layers",
         hypothesis=(
             "On sparse modular addition, in a small transformer that learns the task, loss "
             "spikes coincide with peaks of its normalization layers' curvature."
@@ -231,6 +190,13 @@ CLAIM = register_claim(
             FreeSetting("weight_decay", 0.01, 0.1, "normlab's choice: none, the plain dynamics"),
             FreeSetting.scaled("train_size", "normlab's choice: covers every summed pair"),
             FreeSetting.scaled("probe_size", "normlab's choice: sequences of the curvature probe"),
+            FreeSetting(
+                "loss_sequences",
+                0,
+                512,
+                "normlab's choice: spikes read on the whole training set's loss; neighbours "
+                "the step's minibatch loss (0) and half the set",
+            ),
             FreeSetting.scaled("shifts", "normlab's choice: circular shifts of the placebo"),
             FreeSetting.scaled("spike_abs", "normlab's choice: a spike's least rise (nats)"),
             FreeSetting.scaled("burn", "normlab's choice: the initial transient left out"),
@@ -244,8 +210,8 @@ CLAIM = register_claim(
             "Sparse modular addition (p=11, 4 tokens, label = sum of positions 0 and 1 mod "
             "11), 1024 training sequences (every summed pair covered); one-block pre-LN "
             "TinyGPT (d=16, 2 heads) trained with AdamW on batches of 64 (lr 1e-2, betas "
-            "(0.9, 0.98), no decay, warm-up or clipping); curvature on 8 probe sequences at "
-            "every step."
+            "(0.9, 0.98), no decay, warm-up or clipping); curvature on 64 probe sequences and "
+            "the loss of the whole training set (where spikes are read) at every step."
         ),
         scale_note="quick trains 600 steps of a 1-block d=16 model (12 seeds); full trains "
         "a 2-block d=32 model for 4000 steps on 4096 sequences.",
@@ -257,6 +223,7 @@ CLAIM = register_claim(
                 "burn": 10,
                 "shifts": 20,
                 "train_size": 128,
+                "loss_sequences": 128,
             },
             "quick": {**_BASE, "seeds": 12, "steps": 600, "burn": 60},
             "full": {
@@ -267,6 +234,7 @@ CLAIM = register_claim(
                 "d_model": 32,
                 "n_layers": 2,
                 "train_size": 4096,
+                "loss_sequences": 4096,
                 "batch": 128,
             },
         },
