@@ -7,19 +7,68 @@ with :func:`pool`: each row is the mean of the arm's rows, each arm's tuning rec
 :func:`pooled_record` of its configurations' records (so the engine's learned premise reads
 the mean validation score against the mean reference, the scale of the table's mean, and
 gates the effects that compare that arm), and the divergences are kept (the last one of an
-arm that diverged in several configurations).
+arm that diverged in several configurations). :func:`forecast_arms` is that engine run for
+forecasters (:mod:`normlab.training.forecast`) at one configuration.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from normlab.claims.arms import Trained, run_arms
 from normlab.claims.core import Measurement
+from normlab.data.series import Splits
+from normlab.training.forecast import TrainResult, evaluate
 
-__all__ = ["pool", "pooled_record"]
+__all__ = ["forecast_arms", "pool", "pooled_record"]
+
+#: ``(method, lr, seed) -> (model, result, extra)``: one forecaster trained (see
+#: :func:`forecast_arms`).
+TrainForecaster = Callable[[str, float, int], tuple[Any, TrainResult, Any]]
+
+
+def forecast_arms(
+    config: Mapping[str, Any],
+    seed: int,
+    splits: Splits,
+    arms: Sequence[str],
+    train: TrainForecaster,
+    kept: dict[str, Any] | None = None,
+) -> Measurement:
+    """:func:`~normlab.claims.arms.run_arms` over forecasting arms at one configuration.
+
+    Arms are named ``"<row>/<method>"``; ``train(method, lr, seed)`` builds and trains one
+    forecaster with early stopping on validation MSE (its ``"lr"`` is the config search's
+    only axis) and returns ``(model, TrainResult, extra)``. The engine reads the best
+    validation MSE, the divergence and, for the convergence premise, the validation MSE per
+    epoch as the run's curve; each arm's trivial reference is forecasting the training mean
+    (0 on the standardized scale) on the ``config["val_windows"]`` validation windows. Each
+    chosen arm's row is its test MSE and MAE on ``config["test_windows"]`` windows,
+    ``best_is_last`` (1 when the best validation epoch was the last: early stopping found
+    no minimum) and ``epochs`` run; ``kept`` (when given) receives each chosen arm's
+    ``(model, result, extra)``.
+    """
+
+    def fit(arm: str, params: dict[str, Any], s: int) -> Trained:
+        out = train(arm.split("/", 1)[1], float(params["lr"]), s)
+        curve = [h["val"] for h in out[1].history]
+        return Trained(out[1].val_mse, out, out[1].diverged, curve)
+
+    def test(arm: str, t: Trained) -> dict[str, float]:
+        model, result, _ = t.model
+        if kept is not None:
+            kept[arm] = t.model
+        epochs = len(result.history)
+        best_is_last = float(result.best_epoch == epochs)
+        row = evaluate(model, splits.test, n=config["test_windows"])
+        return {**row, "best_is_last": best_is_last, "epochs": float(epochs)}
+
+    y_val = splits.val.get(splits.val.spread(config["val_windows"]))[1]
+    cfg = {**config, "search": {**config["search"], "arms": list(arms)}}
+    return run_arms(cfg, seed, fit, test, reference=float(y_val.square().mean()))
 
 
 def pooled_record(records: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -28,8 +77,10 @@ def pooled_record(records: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     ``val`` and ``reference`` are the means over configurations (None when any is None: a
     configuration whose every trial diverged, or one without a reference); ``chosen`` maps
     each configuration to its chosen parameters; ``trials``, ``grid_trials`` and
-    ``extended`` are sums; ``on_edge`` holds when any choice is on its edge; ``placebo_of``
-    is kept when every configuration ran the placebo; ``configs`` holds the records.
+    ``extended`` are sums; ``on_edge`` holds when any choice is on its edge; ``late_share``
+    (the convergence premise's reading) is the mean over the configurations whose chosen run
+    gave one, absent when none did; ``placebo_of`` is kept when every configuration ran the
+    placebo; ``configs`` holds the records.
     """
     if not records:
         raise ValueError("pooled_record needs at least one configuration's record.")
@@ -49,6 +100,9 @@ def pooled_record(records: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         "on_edge": any(bool(r["on_edge"]) for r in rs),
         "configs": {key: dict(r) for key, r in records.items()},
     }
+    shares = [float(r["late_share"]) for r in rs if r.get("late_share") is not None]
+    if shares:
+        out["late_share"] = float(np.mean(shares))
     placebo = {r.get("placebo_of") for r in rs}
     if len(placebo) == 1 and None not in placebo:
         out["placebo_of"] = placebo.pop()

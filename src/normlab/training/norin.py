@@ -3,12 +3,17 @@
 The outer loop chooses ``(delta, epsilon)`` by validation MSE
 (:func:`normlab.series.select_shape`), starting at the Slifker-Shapiro fit of the training
 windows (:func:`normlab.series.fit_shape`); the inner loop is ordinary training with the
-shape fixed (:func:`normlab.training.forecast.train_forecaster`).
+shape fixed (:func:`normlab.training.forecast.train_forecaster`). :func:`trained_spread`
+says whether the shape moved the validation MSE among the trials that trained, and
+:func:`drift_fraction` how far joint gradient training moved ``delta`` (the degeneration
+problem of the NoRIN paper, seed "Reversible instance normalization (RevIN) and its
+successors").
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,12 +22,20 @@ from normlab.models.forecaster import Forecaster
 from normlab.series import JohnsonFit, ShapeSearch, fit_shape, select_shape
 from normlab.training.forecast import (
     ForecastTrainConfig,
+    TrainResult,
     build_forecaster,
     evaluate,
     train_forecaster,
 )
 
-__all__ = ["NoRINTuning", "tune_norin"]
+__all__ = [
+    "NoRINTuning",
+    "drift_fraction",
+    "selection_rows",
+    "train_arm",
+    "trained_spread",
+    "tune_norin",
+]
 
 
 @dataclass
@@ -55,6 +68,7 @@ def tune_norin(
     epsilon_range: tuple[float, float] = (-3.0, 3.0),
     fallback_delta: float = 30.0,
     fallback_init: tuple[float, float] | None = None,
+    sampler_seed: int | None = None,
     **norin_kwargs: Any,
 ) -> NoRINTuning:
     """Select NoRIN's shape for ``backbone`` on ``splits`` and test the selection.
@@ -64,7 +78,8 @@ def tune_norin(
         splits: train/validation/test windows.
         config: the inner loop's training settings (every trial uses the same seed).
         n_trials: Optuna trials, the first at the Slifker-Shapiro values.
-        seed: seeds the models, the batch order and the TPE sampler.
+        seed: seeds the models, the batch order and (unless ``sampler_seed``) the TPE
+            sampler.
         fit_windows: evenly spaced training windows for the Slifker-Shapiro fit (None: all).
         test_windows: evenly spaced test windows for the final score (None: all).
         delta_range: search range of ``delta`` (log scale).
@@ -73,6 +88,8 @@ def tune_norin(
         fallback_init: where the search starts when the windows are not S_U (the fit fell
             back), e.g. a neutral point of the search space; None starts at the fallback
             ``(fallback_delta, 0)``.
+        sampler_seed: the TPE sampler's seed (None: ``seed``); give each search of a study
+            its own (e.g. per backbone), so their candidates are independent draws.
         norin_kwargs: passed to :class:`~normlab.series.NoRIN` (e.g. ``affine=False``).
     """
     windows = splits.train.get(splits.train.spread(fit_windows))[0]
@@ -83,7 +100,8 @@ def tune_norin(
         model = build_forecaster(
             "norin", backbone, splits, seed=seed, delta=delta, epsilon=epsilon, **norin_kwargs
         )
-        val = train_forecaster(model, splits, config, seed=seed).val_mse
+        result = train_forecaster(model, splits, config, seed=seed)
+        val = result.val_mse if result.diverged is None else math.inf
         val = val if math.isfinite(val) else math.inf
         if not best or val < best["val"]:  # the first of equal trials, as select_shape picks
             best.update(val=val, model=model)
@@ -96,9 +114,115 @@ def tune_norin(
         objective,
         n_trials=n_trials,
         init=init,
-        seed=seed,
+        seed=seed if sampler_seed is None else sampler_seed,
         delta_range=delta_range,
         epsilon_range=epsilon_range,
     )
     model = best["model"]
     return NoRINTuning(fit, search, model, evaluate(model, splits.test, n=test_windows))
+
+
+def trained_spread(values: Sequence[float], reference: float) -> float:
+    """``log10(max / min)`` of the validation losses of the shape trials that trained: finite
+    and below ``reference`` (the trivial forecast's validation MSE, e.g. the training mean).
+
+    A trial whose inverse map blew up (validation MSE 1e12) or diverged did not train; it
+    says nothing about how much the shape matters among usable shapes. 0 when fewer than two
+    trials trained.
+
+    >>> round(trained_spread([0.50, 0.55, 2.5e12, float("inf")], 1.0), 4)
+    0.0414
+    """
+    kept = [float(v) for v in values if math.isfinite(v) and 0 < v < reference]
+    return math.log10(max(kept) / min(kept)) if len(kept) > 1 else 0.0
+
+
+def drift_fraction(trajectory: Sequence[float], lr: float, steps: int) -> float:
+    """How far joint training moved ``delta``: ``log(delta_T / delta_0) / (lr * steps)``,
+    the move of ``log delta`` as a fraction of the most Adam can move one parameter
+    (about ``lr`` a step). Positive: toward the linear limit (``delta -> infinity``).
+
+    >>> round(drift_fraction([1.0, math.e], 0.01, 200), 3)
+    0.5
+    """
+    return math.log(trajectory[-1] / trajectory[0]) / (lr * steps)
+
+
+def train_arm(
+    method: str,
+    backbone: str,
+    splits: Splits,
+    config: ForecastTrainConfig,
+    *,
+    seed: int,
+    periods: Sequence[int] = (24,),
+    shape: tuple[float, float] = (30.0, 0.0),
+    delta_init: float = 1.0,
+) -> tuple[Forecaster, TrainResult, list[float]]:
+    """Build and train one arm of the NoRIN study on ``splits``.
+
+    ``method`` is a normalizer of :mod:`normlab.series` (``"revin"``, ``"san"``, ...),
+    ``"norin"`` (decoupled NoRIN, its shape fixed at ``shape = (delta, epsilon)``) or
+    ``"norin-joint"`` (``(delta, epsilon)`` trained by gradient with the backbone from
+    ``(delta_init, 0)``, the paper's degeneration setting).
+
+    Returns:
+        The trained model (best validation epoch), its :class:`TrainResult` and, for the
+        joint arm, ``delta`` (channel mean) before training and after each epoch (else []).
+    """
+    trajectory: list[float] = []
+    kwargs: dict[str, Any] = {}
+    if method == "norin":
+        kwargs = {"delta": shape[0], "epsilon": shape[1]}
+    elif method == "norin-joint":
+        kwargs = {"delta": float(delta_init), "epsilon": 0.0, "learn_shape": True}
+
+    def record(epoch: int, model: Forecaster) -> None:
+        trajectory.append(float(model.norm.delta.detach().mean()))  # type: ignore[union-attr]
+
+    norm = "norin" if method.startswith("norin") else method
+    model = build_forecaster(norm, backbone, splits, seed=seed, periods=periods, **kwargs)
+    on_epoch = record if method == "norin-joint" else None
+    result = train_forecaster(model, splits, config, seed=seed, on_epoch=on_epoch)
+    return model, result, trajectory
+
+
+def selection_rows(
+    deltas: Sequence[float],
+    spreads: Sequence[float],
+    *,
+    cut: float = 10.0,
+    delta_range: tuple[float, float] = (0.3, 30.0),
+    matters: float = math.log10(1.02),
+) -> dict[str, dict[str, float]]:
+    """Table rows summarising the shapes selected in several configurations (backbones).
+
+    ``"selected"``: the share of ``delta*`` below ``cut`` (far from the linear limit
+    ``delta -> infinity``), the mean ``log10 delta*`` and ``|log10 delta*_first -
+    log10 delta*_last|`` (the backbone gap); ``"placebo"``: the same for a random pick from
+    the search's prior, log-uniform on ``delta_range`` (share ``log(cut / lo) / log(hi /
+    lo)``, expected gap a third of the range's decades); ``"shape"``: the mean
+    :func:`trained_spread` and the share of configurations where it exceeds ``matters``.
+
+    >>> rows = selection_rows([2.0, 20.0], [0.05, 0.0])
+    >>> rows["selected"]["below_linear"], round(rows["placebo"]["below_linear"], 3)
+    (0.5, 0.761)
+    """
+    (lo, hi), logs = delta_range, [math.log10(d) for d in deltas]
+    below = sum(d < cut for d in deltas) / len(deltas)
+    return {
+        "selected": {
+            "below_linear": below,
+            "log10_delta": sum(logs) / len(logs),
+            "backbone_gap": abs(logs[0] - logs[-1]),
+        },
+        "placebo": {
+            "below_linear": math.log(cut / lo) / math.log(hi / lo),
+            "log10_delta": 0.5 * math.log10(lo * hi),
+            "backbone_gap": math.log10(hi / lo) / 3.0,
+        },
+        "shape": {
+            "val_spread": sum(spreads) / len(spreads),
+            "shape_matters": sum(v > matters for v in spreads) / len(spreads),
+        },
+    }

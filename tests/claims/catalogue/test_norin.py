@@ -1,4 +1,4 @@
-"""The norin claim: its smoke run, its placebo, its neutral start and its effects' signs."""
+"""The norin claim: its smoke run, its placebo, its start, its effects' signs and its controls."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import math
 import pytest
 
 from normlab.claims import get_claim
+from normlab.claims.rule import judge_claim
 
 CLAIM = get_claim("norin")
 ARMS = ("revin", "dish-ts", "san", "norin", "norin-joint")
-NEUTRAL = (3.0, 0.0)  # the search's start where the windows are not S_U
-PRIOR_LOG10_DELTA = math.log10(3.0)  # the placebo: mean log10 delta of the search's prior
+LINEAR_END = (30.0, 0.0)  # the Slifker-Shapiro fallback where the windows are not S_U
+PRIOR_BELOW = math.log(10 / 0.3) / math.log(100)  # a random pick's share below delta = 10
 
 
 def test_smoke_run_has_every_series_arm_and_search(smoke_measurement):
@@ -21,8 +22,9 @@ def test_smoke_run_has_every_series_arm_and_search(smoke_measurement):
         for arm in ARMS:
             row = m["table"][f"{series}/{arm}"]
             assert row["mse"] > 0 and math.isfinite(row["mae"]), (series, arm)
-        selected = m["table"][f"{series}/selected"]["log10_delta"]
-        assert math.log10(0.3) - 1e-9 <= selected <= math.log10(30) + 1e-9
+        selected = m["table"][f"{series}/selected"]
+        assert math.log10(0.3) - 1e-9 <= selected["log10_delta"] <= math.log10(30) + 1e-9
+        assert selected["below_linear"] in (0.0, 0.5, 1.0)
         for backbone in backbones:
             key = f"{series}/{backbone}"
             assert m["delta_trajectory"][key][0] == config["delta_init"]
@@ -30,33 +32,33 @@ def test_smoke_run_has_every_series_arm_and_search(smoke_measurement):
             for arm in ARMS:  # one record per table arm, pooling its backbones
                 assert key in m["tuning"][f"{series}/{arm}"]["configs"]
     assert {k for k in m["tuning"]} == {f"{s}/{a}" for s in config["series"] for a in ARMS}
-    # EPF windows are S_B: the fit falls back, and the search starts at the neutral point
+    # EPF windows are S_B: the fit falls back, and the search starts at the linear end
     fit = m["slifker_shapiro"]["epf_prices/linear"]
     assert fit["family"] == "SB" and fit["fallback"]
-    assert m["bo"]["epf_prices/linear"]["trials"][0][:2] == pytest.approx(list(NEUTRAL))
+    assert m["bo"]["epf_prices/linear"]["trials"][0][:2] == pytest.approx(list(LINEAR_END))
 
 
 def test_placebo_is_the_log_uniform_prior(smoke_measurement):
     placebo = smoke_measurement("norin")["table"]["epf_prices/placebo"]
-    assert abs(placebo["log10_delta"] - PRIOR_LOG10_DELTA) < 1e-12
-    assert abs(placebo["backbone_gap"] - 2 / 3) < 1e-12
+    assert placebo["below_linear"] == pytest.approx(PRIOR_BELOW)
+    assert placebo["backbone_gap"] == pytest.approx(2 / 3)
 
 
-def _table(norin, others, log10_delta, gap, drift, spread):
+def _table(norin, others, below, gap, drift, matters):
     rows = {}
     for s in ("epf_prices", "heavy_tailed"):
         for arm in ARMS:
-            rows[f"{s}/{arm}"] = {"mse": others, "best_is_last": 0.0}
-        rows[f"{s}/norin"] = {"mse": norin, "best_is_last": 0.0}
+            rows[f"{s}/{arm}"] = {"mse": others}
+        rows[f"{s}/norin"] = {"mse": norin}
         rows[f"{s}/norin-joint"]["drift_fraction"] = drift
-        rows[f"{s}/selected"] = {"log10_delta": log10_delta, "backbone_gap": gap}
-        rows[f"{s}/placebo"] = {"log10_delta": PRIOR_LOG10_DELTA, "backbone_gap": 2 / 3}
-        rows[f"{s}/shape"] = {"shape_matters": spread}
+        rows[f"{s}/selected"] = {"below_linear": below, "backbone_gap": gap}
+        rows[f"{s}/placebo"] = {"below_linear": PRIOR_BELOW, "backbone_gap": 2 / 3}
+        rows[f"{s}/shape"] = {"shape_matters": matters}
     return {"table": rows}
 
 
 def test_effects_take_both_signs_on_constructed_tables():
-    good, bad = _table(0.8, 1.0, 0.0, 1.2, 0.5, 1.0), _table(1.2, 1.0, 1.4, 0.1, -0.5, 0.0)
+    good, bad = _table(0.8, 1.0, 1.0, 1.2, 0.5, 1.0), _table(1.2, 1.0, 0.0, 0.1, -0.5, 0.0)
     for effect in (e for top in CLAIM.effects for e in top.parts or (top,)):
         g, b = effect.fn(good), effect.fn(bad)
         assert g * b < 0, effect.name
@@ -65,13 +67,37 @@ def test_effects_take_both_signs_on_constructed_tables():
     assert premise.fn(good) > premise.margin.value > premise.fn(bad)
 
 
+def test_the_primary_reads_every_delta_below_the_cut_as_supported():
+    seeds = [_table(0.8, 1.0, 1.0, 1.2, 0.5, 1.0) for _ in range(5)]
+    assert judge_claim(CLAIM, seeds).verdict == "supported"
+    seeds[0]["table"]["epf_prices/selected"]["below_linear"] = 0.5  # one backbone near linear
+    assert judge_claim(CLAIM, seeds).verdict == "inconclusive"
+
+
+def test_shape_matters_fails_and_makes_the_primary_untestable():
+    """No usable shape moved the validation MSE: delta* is noise, the primary untestable."""
+    seeds = [_table(0.8, 1.0, 1.0, 1.2, 0.5, 0.0) for _ in range(5)]
+    verdict = judge_claim(CLAIM, seeds)
+    premise = next(p for p in verdict.premises if p.name == "shape_matters")
+    assert not premise.held and verdict.verdict == "untestable"
+
+
+def test_an_under_trained_arm_makes_its_comparisons_untestable():
+    seeds = [_table(0.8, 1.0, 1.0, 1.2, 0.5, 1.0) for _ in range(5)]
+    for m in seeds:
+        m["tuning"] = {"epf_prices/revin": {"late_share": 0.3}}
+    verdict = judge_claim(CLAIM, seeds)
+    versus = next(e for e in verdict.effects if e.name == "epf_prices_beats_every_baseline")
+    assert versus.verdict == "untestable" and verdict.verdict == "supported"
+
+
 def test_a_diverged_joint_run_is_recorded_and_counts_as_no_drift(monkeypatch):
     import dataclasses
 
-    import normlab.training.forecast as forecast
+    import normlab.training.norin as study
     from normlab.claims.rule import learned_premises, with_divergence
 
-    real = forecast.train_forecaster
+    real = study.train_forecaster
 
     def diverging(model, *args, **kwargs):
         result = real(model, *args, **kwargs)
@@ -79,7 +105,7 @@ def test_a_diverged_joint_run_is_recorded_and_counts_as_no_drift(monkeypatch):
             result = dataclasses.replace(result, diverged={"step": 2, "last": 0.5})
         return result
 
-    monkeypatch.setattr(forecast, "train_forecaster", diverging)
+    monkeypatch.setattr(study, "train_forecaster", diverging)
     config = {**CLAIM.config("smoke"), "series": {"epf_prices": ["linear"]}}
     m = CLAIM.run(config, 0)
     assert m["diverged"] == {"epf_prices/norin-joint": {"step": 2, "last": 0.5}}
