@@ -22,7 +22,7 @@ loss) of the pruned model.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ from normlab.probes._runner import BlockSubsetRunner, as_block_runner
 __all__ = [
     "PruneCurve",
     "SwapKL",
+    "guided_pruning",
     "kl_to_base",
     "pruning_curve",
     "pruning_order",
@@ -216,3 +217,47 @@ def pruning_curve(
         if targets is not None:
             losses.append(float(F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())))
     return PruneCurve(tuple(order), tuple(kls), tuple(losses))
+
+
+def guided_pruning(
+    model: Any,
+    orders: Mapping[str, Sequence[int]],
+    tokens: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    random_orders: int,
+    rng: random.Random,
+) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+    """Prune ``model`` by each named order, and by ``random_orders`` random non-adjacent
+    orders (the placebo), at every budget ``k = 1..K`` all the named orders reach.
+
+    Returns ``(rows, curves)``: per name, ``removal_cost`` (the next-token loss increase on
+    ``tokens``/``targets`` averaged over the budgets, :meth:`PruneCurve.mean_cost`),
+    ``cost_remove_1``, ``cost_remove_max`` and ``budget``; the row ``"random"`` holds the
+    placebo orders' mean ``removal_cost``; ``curves`` the :class:`PruneCurve` dicts (a list
+    of them for ``"random"``).
+    """
+    budget = min(len(o) for o in orders.values())
+    curves = {
+        p: pruning_curve(model, tokens, o[:budget], targets=targets) for p, o in orders.items()
+    }
+    n = as_block_runner(model, need_lm_head=True).n_layers
+    randoms = [
+        pruning_curve(model, tokens, random_pruning_order(n, budget, rng), targets=targets)
+        for _ in range(random_orders)
+    ]
+    rows = {
+        p: {
+            "removal_cost": c.mean_cost(budget),
+            "cost_remove_1": c.loss[1] - c.loss[0],
+            "cost_remove_max": c.loss[-1] - c.loss[0],
+            "budget": float(budget),
+        }
+        for p, c in curves.items()
+    }
+    rows["random"] = {
+        "removal_cost": sum(c.mean_cost(budget) for c in randoms) / max(1, len(randoms)),
+        "budget": float(budget),
+    }
+    out: dict[str, Any] = {p: c.to_dict() for p, c in curves.items()}
+    return rows, {**out, "random": [c.to_dict() for c in randoms]}

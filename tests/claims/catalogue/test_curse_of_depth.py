@@ -71,3 +71,17 @@ def test_one_effect_per_variant_and_gates():
 def test_a_diverged_arm_counts_as_useless_deep_layers():
     m = {**_m(0.2), "diverged": {"weight-decay": {"step": 3, "last": 4.0}}}
     assert CLAIM.primary.fn(with_divergence(m, CLAIM.primary.if_diverged)) < 0
+
+
+def test_an_untrained_dense_model_or_a_lazy_stream_is_untestable():
+    values = (0.2, 0.22, 0.21, 0.2)
+    untrained = [_m(v) for v in values]
+    for m in untrained:
+        m["table"]["dense"]["test_bpb"] = 4.2
+    assert judge_claim(CLAIM, untrained).verdict == "untestable"
+    flat = [_m(v) for v in values]
+    for m in flat:
+        m["table"]["dense"]["variance_growth"] = 0.0
+    pres = {p.name: p.held for p in judge_claim(CLAIM, flat).premises}
+    assert pres["dense_variance_grows"] is False
+    assert CLAIM.config("quick")["steps"] == 250  # 150 left both preconditions unmet
