@@ -10,7 +10,11 @@
   :func:`~normlab.rl.advantages` (GRPO, Dr. GRPO, batch-std, SLAS).
 
 ``task_seed`` draws the task (utilities, spreads, bias); ``seed`` the training run's sampling
-stream, so that runs of one task differ by sampling alone.
+stream, so that runs of one task differ by sampling alone. Given a list as ``curve``, either
+function appends its training curve to it, lower is better, one point per logged policy (the
+untrained one first): minus the population's expected true preference, or minus the expected
+proxy reward (what the trainer optimises), for a convergence reading
+(:func:`~normlab.training.fit.late_share`).
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ def _unit(u: np.ndarray) -> np.ndarray:
     return (u - u.min(-1, keepdims=True)) / np.ptp(u, axis=-1, keepdims=True)
 
 
-def _tail_mean(curve: list[dict[str, float]], key: str) -> float:
-    """The mean of ``key`` over the last 10% of the logged curve."""
-    return float(np.mean([c[key] for c in curve[-max(1, len(curve) // 10) :]]))
+def _tail_mean(log: list[dict[str, float]], key: str) -> float:
+    """The mean of ``key`` over the last 10% of the logged policies."""
+    return float(np.mean([c[key] for c in log[-max(1, len(log) // 10) :]]))
 
 
 def preference_bandit(
@@ -50,6 +54,7 @@ def preference_bandit(
     minority_scale: float,
     task_seed: int,
     seed: int,
+    curve: list[float] | None = None,
 ) -> dict[str, float]:
     """Train a policy on a two-group preference population; its exact true preferences.
 
@@ -91,7 +96,7 @@ def preference_bandit(
         t = (probs * u).sum(1)
         return {"majority": float(t[0]), "minority": float(t[1])}
 
-    curve = train_bandit(
+    log = train_bandit(
         n_contexts=2,
         n_outputs=outputs,
         steps=steps,
@@ -102,10 +107,12 @@ def preference_bandit(
         evaluate=evaluate,
         seed=seed,
     )["curve"]
-    weighted = [(1 - p_minority) * c["majority"] + p_minority * c["minority"] for c in curve]
+    weighted = [(1 - p_minority) * c["majority"] + p_minority * c["minority"] for c in log]
+    if curve is not None:
+        curve.extend(-w for w in weighted)
     return {
-        "minority_true": _tail_mean(curve, "minority"),
-        "majority_true": _tail_mean(curve, "majority"),
+        "minority_true": _tail_mean(log, "minority"),
+        "majority_true": _tail_mean(log, "majority"),
         "population_auc": float(np.mean(weighted)),
     }
 
@@ -124,6 +131,7 @@ def proxy_bandit(
     gamma: float,
     task_seed: int,
     seed: int,
+    curve: list[float] | None = None,
 ) -> dict[str, float]:
     """Train a policy on a biased proxy reward; its exact true reward and hacking gap.
 
@@ -156,7 +164,7 @@ def proxy_bandit(
             "proxy": float(((probs * (s[:, None] * u)).sum(1) + gap).mean()),
         }
 
-    curve = train_bandit(
+    log = train_bandit(
         n_contexts=prompts,
         n_outputs=outputs,
         steps=steps,
@@ -169,6 +177,8 @@ def proxy_bandit(
         evaluate=evaluate,
         seed=seed,
     )["curve"]
-    out = {key: _tail_mean(curve, key) for key in ("true", "gap", "proxy")}
-    out["gap_gain"] = out["gap"] - curve[0]["gap"]
+    if curve is not None:
+        curve.extend(-c["proxy"] for c in log)
+    out = {key: _tail_mean(log, key) for key in ("true", "gap", "proxy")}
+    out["gap_gain"] = out["gap"] - log[0]["gap"]
     return out

@@ -1,26 +1,19 @@
 """Claim "grpo-family": P-GRPO serves a minority preference group better than GRPO.
 
-Two toy policy-gradient problems over discrete outputs (:mod:`normlab.training.bandits`),
-trained with the GRPO-family advantages of :mod:`normlab.rl`:
-
-(a) P-GRPO (the primary): a majority (80%) and a minority (20%) preference group, the
-minority's ratings compressed (scale 0.3), rate each prompt's group of 8 responses, so GRPO's
-group statistics pool the two preference groups (the exchangeability P-GRPO criticises);
-P-GRPO standardises by each preference group's history, its control (the paper's ablation)
-by random groups. Metric: the minority's exact expected true preference at the end.
-
-(b) SLAS (secondary): prompts with heterogeneous true-reward spreads and a proxy reward with
-an exploitable output bias; GRPO vs Dr. GRPO vs batch-std vs SLAS (gamma 0.5). Metrics:
-mean true preference and the proxy-true gap.
-
-Every arm gets 3 learning rates (a grid per arm: Dr. GRPO's raw differences need rates ~30x
-the standardised methods'), selected per seed on a validation stream of the same task ((a)
-the population's reward over training, (b) the final proxy reward: what a trainer sees),
-then retrained on the test stream.
+Two toy policy-gradient bandits (:mod:`normlab.training.bandits`), advantages from
+:mod:`normlab.rl`. (a) The primary: majority and minority preference groups (share and rating
+scale free settings) rate each prompt's 8 responses, so GRPO's group statistics pool them (the
+exchangeability P-GRPO criticises); P-GRPO standardises by each preference group's history,
+its control (the paper's ablation) by random groups; metric: the minority's exact expected
+true preference at the end. (b) Secondary: prompts with heterogeneous true-reward spreads and
+a proxy with an exploitable bias; GRPO, Dr. GRPO, batch-std, SLAS (gamma 0.5); metrics: mean
+true preference, proxy-true gap. Each arm's lr is selected per seed on a validation stream of
+the same task, then retrained on the test stream. The check runs TRL's own advantage code.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,19 +36,21 @@ from normlab.claims.core import (
 from normlab.papers import paper
 from normlab.training.bandits import preference_bandit, proxy_bandit
 
-__all__ = ["CLAIM"]
+__all__ = ["CLAIM", "run"]
 
-_PREF_ARMS = ("grpo", "p-grpo", "p-grpo-random")
-_PROXY_ARMS = ("grpo", "dr-grpo", "batch-std", "slas")
+_PREF_ARMS, _PROXY_ARMS = (
+    ("grpo", "p-grpo", "p-grpo-random"),
+    ("grpo", "dr-grpo", "batch-std", "slas"),
+)
 _VAL_STREAM = 50_000
 
 
-def _experiment(arm: str, lr: float, config: Mapping[str, Any], seed: int, stream: int):
+def _experiment(arm: str, lr: float, config: Mapping[str, Any], seed: int, stream: int, **kw):
     """One training run of ``arm`` ("a/..." or "b/...") on the task of ``seed``, sampling
-    stream ``stream``."""
+    stream ``stream`` (``kw``: the bandit's ``curve``)."""
     seed_everything(stream)
     part, name = arm.split("/")
-    run_of = {"lr": lr, "steps": config["steps"], "task_seed": seed, "seed": stream}
+    run_of = {"lr": lr, "steps": config["steps"], "task_seed": seed, "seed": stream, **kw}
     if part == "a":  # the population's shape is top-level: free settings
         population = {k: config[k] for k in ("p_minority", "minority_scale")}
         return preference_bandit(name, **config["preference"], **population, **run_of)
@@ -78,9 +73,12 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     budget = {"step": config["steps"], "last": None}
 
     def train(arm: str, params: dict[str, Any], training_seed: int) -> Trained:
-        row = _experiment(arm, params["lr"], config, seed, _VAL_STREAM + training_seed)
+        curve: list[float] = []  # minus the validation quantity, per logged policy
+        row = _experiment(
+            arm, params["lr"], config, seed, _VAL_STREAM + training_seed, curve=curve
+        )
         bad = budget if _diverged(row) else None
-        return Trained(_score(arm, row), (params["lr"], training_seed), bad)
+        return Trained(_score(arm, row), (params["lr"], training_seed), bad, curve)
 
     def test(arm: str, trained: Trained) -> dict[str, float]:
         lr, training_seed = trained.model
@@ -98,27 +96,24 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
 
 
 def _check_trl(config: Mapping[str, Any]) -> CheckOutcome:
-    from normlab.rl import advantages
+    """normlab's grpo / batch-std / dr-grpo against TRL's installed code
+    (:func:`~normlab.rl.trl_reference.trl_mismatch`: all-NaN rows and group included)."""
+    from normlab.rl.trl_reference import trl_mismatch, trl_version
 
-    r = torch.randn(32, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    r[5, 0] = float("nan")
-    total = r.nansum(1)
-    mean = total.view(-1, 8).mean(1).repeat_interleave(8)
-    std = total.view(-1, 8).std(1).repeat_interleave(8)
-    errs = [
-        (advantages(r, 8, method="grpo") - (total - mean) / (std + 1e-4)).abs().max(),
-        (advantages(r, 8, method="batch-std") - (total - mean) / (total.std() + 1e-4)).abs().max(),
-        (advantages(r, 8, method="dr-grpo") - (total - mean)).abs().max(),
-    ]
-    err = float(max(errs))
-    return CheckOutcome(err <= 1e-7, err, f"max |normlab - TRL formula| = {err:.2g} <= 1e-7")
+    try:
+        version = trl_version()
+    except ImportError:
+        return CheckOutcome(False, math.inf, "trl is not installed: pip install 'normlab[peers]'")
+    err = trl_mismatch(("grpo", "batch-std", "dr-grpo"))
+    return CheckOutcome(err <= 1e-7, err, f"max |normlab - TRL {version}| = {err:.2g} <= 1e-7")
 
 
 _M = Margin(0.02, "normlab's choice: 2% of the true-preference range [0, 1]")
+_GAIN = {"direction": "greater", "margin": _M}
 #: A diverged policy counts as the uniform policy: mean preference of a unit-range vector.
 _DIV = {"minority_true": 0.5, "majority_true": 0.5, "true": 0.5, "gap": 0.05}
-_STANDARD = [3.0, 10.0, 30.0]
-_RAW = [30.0, 100.0, 300.0]
+_STANDARD, _RAW = [3.0, 10.0, 30.0], [30.0, 100.0, 300.0]
+_BIG = {"outputs": 32, "group": 16}  # full scale's toys
 
 
 def _search(standard: list[float], raw: list[float], extend: int) -> dict[str, Any]:
@@ -127,16 +122,16 @@ def _search(standard: list[float], raw: list[float], extend: int) -> dict[str, A
     return {"per_arm": {arm: {"lr": list(v)} for arm, v in arms.items()}, "extend": extend}
 
 
-def _pref(name: str, description: str, method: str, baseline: str, metric: str, **kw):
-    return difference(
-        name, description, f"a/{method}", f"a/{baseline}", metric, if_diverged=_DIV, **kw
-    )
+def _pref(name: str, description: str, method: str, baseline: str, metric: str, direction):
+    """(a): ``method`` minus ``baseline`` on ``metric``, against the 2% margin."""
+    arms = (f"a/{method}", f"a/{baseline}")
+    kw = {"direction": direction, "margin": _M, "if_diverged": _DIV}
+    return difference(name, description, *arms, metric, **kw)
 
 
 def _true_gain(name: str, label: str, method: str):
     """(b): the mean true preference of ``method`` minus GRPO's."""
-    description = f"(b) mean true preference, {label} minus GRPO"
-    return _prox(name, description, method, "true", direction="greater", margin=_M)
+    return _prox(name, f"(b) mean true preference, {label} minus GRPO", method, "true", **_GAIN)
 
 
 def _prox(name: str, description: str, method: str, metric: str, **kw):
@@ -148,6 +143,7 @@ _PREFERENCE = {"outputs": 10, "group": 8, "prompts": 8, "noise": 0.1}
 _POPULATION = {"p_minority": 0.2, "minority_scale": 0.3}
 _PROXY = {"outputs": 10, "group": 8, "prompts": 8, "noise": 0.02}
 _PROXY |= {"bias": 0.1, "min_spread": 0.03, "gamma": 0.5}  # the proxy's bias, the spreads, SLAS
+_FULL = _search([1.0, *_STANDARD], [10.0, *_RAW], 2)
 
 
 def _config(seeds, steps, search, preference, proxy) -> dict[str, Any]:
@@ -164,41 +160,31 @@ CLAIM = register_claim(
             "Normalising advantages by preference-group reward histories (P-GRPO) gives a "
             "minority preference group higher true reward than GRPO's pooled group statistics."
         ),
+        quote="it consistently achieves faster convergence and higher rewards than standard "
+        "GRPO, thereby enhancing its ability to recover and align with heterogeneous "
+        "preference signals",
         primary=_pref(
             "minority_reward",
             "(a) minority's final true preference, P-GRPO minus GRPO",
-            "p-grpo",
-            "grpo",
-            "minority_true",
-            direction="greater",
-            margin=_M,
+            *("p-grpo", "grpo", "minority_true", "greater"),
         ),
         secondary=(
             _pref(
                 "vs_random_groups",
                 "(a) minority's true preference, P-GRPO minus P-GRPO with random groups "
                 "(the paper's ablation as placebo)",
-                "p-grpo",
-                "p-grpo-random",
-                "minority_true",
-                direction="greater",
-                margin=_M,
+                *("p-grpo", "p-grpo-random", "minority_true", "greater"),
             ),
             _pref(
                 "majority_kept",
                 "(a) majority's true preference, P-GRPO minus GRPO (no worse than)",
-                "p-grpo",
-                "grpo",
-                "majority_true",
-                direction="no_less",
-                margin=_M,
+                *("p-grpo", "grpo", "majority_true", "no_less"),
             ),
             _true_gain("slas_true_reward", "SLAS", "slas"),
             _prox(
                 "slas_hacking_gap",
                 "(b) proxy-true gap (expected bias term), SLAS minus GRPO",
-                "slas",
-                "gap",
+                *("slas", "gap"),
                 direction="less",
                 margin=Margin(0.005, "normlab's choice: 5% of the bias term's full range 0.1"),
                 unit="reward",
@@ -209,7 +195,8 @@ CLAIM = register_claim(
         checks=(
             Check(
                 "trl_equivalence",
-                "grpo / batch-std / dr-grpo equal TRL's formulas (NaN column included)",
+                "grpo / batch-std / dr-grpo equal TRL's own code (a NaN reward, an unscorable "
+                "all-NaN completion and an all-NaN group included)",
                 _check_trl,
             ),
         ),
@@ -219,11 +206,7 @@ CLAIM = register_claim(
                 "(a) under GRPO, majority minus minority final true preference",
                 lambda m: cell(m, "a/grpo", "majority_true") - cell(m, "a/grpo", "minority_true"),
                 direction="greater",
-                margin=Margin(
-                    0.05,
-                    "normlab's choice: GRPO must leave the minority behind for a gain to be "
-                    "possible",
-                ),
+                margin=Margin(0.05, "normlab's choice: GRPO must leave the minority behind"),
                 gates=("minority_reward", "vs_random_groups"),
                 if_diverged=_DIV,
             ),
@@ -238,6 +221,7 @@ CLAIM = register_claim(
         ),
         free_settings=(
             FreeSetting.scaled("steps", "normlab's choice: the training budget of the toys"),
+            # the paper's tasks give neither number: they set the effect's size
             FreeSetting.scaled("minority_scale", "normlab's choice: the minority's rating scale"),
             FreeSetting.scaled("p_minority", "normlab's choice: the minority's share of users"),
         ),
@@ -249,27 +233,17 @@ CLAIM = register_claim(
         configs={
             "smoke": _config(1, 20, _search([1.0], [30.0], 0), {"prompts": 4}, {}),
             "quick": _config(16, 150, _search(_STANDARD, _RAW, 1), {}, {}),
-            "full": _config(
-                20,
-                1000,
-                _search([1.0, *_STANDARD], [10.0, *_RAW], 2),
-                {"outputs": 32, "group": 16, "prompts": 16},
-                {"outputs": 32, "group": 16, "prompts": 32},
-            ),
+            "full": _config(20, 1000, _FULL, {**_BIG, "prompts": 16}, {**_BIG, "prompts": 32}),
         },
         run=run,
         setup=(
-            "(a) 10-output preference bandit, 80/20 majority/minority users rating each "
-            "prompt's 8 responses; GRPO vs P-GRPO vs P-GRPO with random groups. (b) 8 prompts "
-            "with heterogeneous true-reward spread and a biased proxy; GRPO, Dr. GRPO, "
-            "batch-std, SLAS. Tabular softmax policy with a shared logit term, SGD; 3 "
-            "learning rates per arm (Dr. GRPO 30-300, the others 3-30, +1 edge step) "
-            "selected on a validation stream, retrained on the test stream."
+            "(a) 10-output preference bandit, 80/20 majority/minority users (minority ratings "
+            "x 0.3: free settings) rating each prompt's 8 responses; GRPO, P-GRPO, P-GRPO "
+            "with random groups. (b) 8 prompts of heterogeneous true-reward spread, a biased "
+            "proxy; GRPO, Dr. GRPO, batch-std, SLAS. Tabular softmax policy, SGD; 3 lrs per "
+            "arm (Dr. GRPO 30-300, others 3-30, +1 edge step) selected on a validation stream."
         ),
-        scale_note=(
-            "Toy bandits stand in for LLM and text-to-image fine-tuning; SLAS's gamma is not "
-            "public (0.5 here); SLAS's own headline is a secondary effect of this claim; 16 "
-            "seeds at quick because the primary's per-seed values are bimodal."
-        ),
+        scale_note="Toy bandits stand in for LLM and text-to-image fine-tuning; SLAS's gamma "
+        "is not public (0.5 here); 16 quick seeds: the primary's per-seed values are bimodal.",
     )
 )
