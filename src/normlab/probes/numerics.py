@@ -27,15 +27,21 @@ and division (2u); upcast evaluation is bounded by ``u (kappa_S + 1)``. These ar
 derivations, not the paper's (its bounds are not public). In fp16 without upcast, ``x^2``
 overflows for ``|x| > 256`` in both norms.
 
+Residual scaling (:func:`residual_scaling_errors`): the paper's GPT-2 experiment, the
+relative rounding error along a trained model's residual stream with its residual
+projections scaled.
+
 Softmax (:mod:`normlab.probes._softmax_numerics`, re-exported here): shifted vs unshifted
 evaluation with a sink logit; the shifted form's error grows with ``max |x - max(x)|``.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -45,14 +51,21 @@ from normlab.probes._lowp import pairwise_sum, round_to, unit_roundoff
 from normlab.probes._softmax_numerics import SoftmaxError, lowp_softmax, sink_sweep
 
 __all__ = [
+    "FP16_SQUARE_LIMIT",
     "NormError",
     "SoftmaxError",
+    "bound_failures",
     "condition_number",
     "error_bound",
+    "expected_overflow",
     "lowp_norm",
     "lowp_softmax",
+    "norm_sweeps",
     "outlier_sweep",
+    "rank_correlation",
+    "residual_scaling_errors",
     "sink_sweep",
+    "sweep_table",
     "unit_roundoff",
 ]
 
@@ -223,3 +236,188 @@ def outlier_sweep(
                     NormError(kind, name, compute, float(m), err_v, kappa, float(bound.mean()))
                 )
     return records
+
+
+def norm_sweeps(
+    outliers: Sequence[float],
+    *,
+    d: int,
+    rows: int,
+    dtypes: Sequence[torch.dtype] = (torch.float16, torch.bfloat16),
+    seed: int = 0,
+) -> list[NormError]:
+    """:func:`outlier_sweep` evaluated natively and upcast, one list (native first).
+
+    Examples:
+        >>> records = norm_sweeps([1.0, 100.0], d=16, rows=2, dtypes=(torch.bfloat16,))
+        >>> [(r.compute, r.kind, r.outlier) for r in records][:2]
+        [('native', 'layernorm', 1.0), ('native', 'rmsnorm', 1.0)]
+        >>> len(records)
+        8
+    """
+    out: list[NormError] = []
+    for compute in ("native", "upcast"):
+        out += outlier_sweep(outliers, d=d, rows=rows, dtypes=dtypes, compute=compute, seed=seed)
+    return out
+
+
+#: fp16 native norms square the input: ``x^2`` overflows fp16 (max 65504) above this.
+FP16_SQUARE_LIMIT = 256.0
+
+
+def expected_overflow(record: dict) -> bool:
+    """Whether a norm-sweep cell (:meth:`NormError.to_dict`) is the documented overflow:
+    fp16 native evaluation squares the input, and the planted row (``N(0, 1)`` plus the
+    outlier) has ``max |x| > outlier``, so ``x^2`` overflows above :data:`FP16_SQUARE_LIMIT`.
+
+    Examples:
+        >>> expected_overflow({"dtype": "float16", "compute": "native", "outlier": 1e3})
+        True
+        >>> expected_overflow({"dtype": "bfloat16", "compute": "native", "outlier": 1e3})
+        False
+    """
+    return (
+        record["dtype"] == "float16"
+        and record["compute"] == "native"
+        and record["outlier"] > FP16_SQUARE_LIMIT
+    )
+
+
+def bound_failures(records: Sequence[dict]) -> tuple[int, int, int]:
+    """``(failures, counted, excluded)`` over norm-sweep cells (:meth:`NormError.to_dict`):
+    a cell fails when its error exceeds its :func:`error_bound` or is non-finite or
+    ``>= 0.5`` (an overflow: the first-order bound does not model it); the documented
+    fp16-native overflow (:func:`expected_overflow`) is excluded, every other overflow
+    counts.
+
+    Examples:
+        >>> ok = {"dtype": "bfloat16", "compute": "native", "outlier": 1e4, "error": 0.01,
+        ...       "bound": 0.02}
+        >>> bound_failures([ok, {**ok, "error": math.inf}, {**ok, "error": 0.03}])
+        (2, 3, 0)
+        >>> bound_failures([{**ok, "dtype": "float16", "error": math.inf}])
+        (0, 0, 1)
+    """
+    failures = counted = excluded = 0
+    for r in records:
+        broken = not math.isfinite(r["error"]) or r["error"] >= 0.5
+        if broken and expected_overflow(r):
+            excluded += 1
+            continue
+        counted += 1
+        failures += broken or r["error"] > r["bound"]
+    return failures, counted, excluded
+
+
+@torch.no_grad()
+def residual_scaling_errors(
+    model: torch.nn.Module, idx: torch.Tensor, scale: float, dtype: torch.dtype = torch.bfloat16
+) -> dict[str, Any]:
+    """Relative rounding error of every residual state of a pre-LN transformer evaluated in
+    ``dtype``, with its residual projections (each block's ``attn.out`` and ``mlp.down``
+    weights) multiplied by ``scale``: the seed paper's experiment on GPT-2 ("the scaling of
+    residual-projection weights preserves the propagation of the relative rounding error
+    unless it forces a qualitative transition in the dynamics of the residual stream").
+
+    ``errors[l] = ||h_l(dtype) - h_l(fp64)|| / ||h_l(fp64)||`` over the states the model's
+    ``trunk(idx)`` returns (0 = embedding), and ``growth = ||h_L|| / ||h_0||`` in float64,
+    the stream's growth regime. The model (``blocks`` and ``trunk``, as
+    :class:`~normlab.models.gpt.TinyGPT`) is copied, never changed.
+
+    Examples:
+        >>> from normlab.models.gpt import GPTConfig, TinyGPT
+        >>> _ = torch.manual_seed(0)
+        >>> model = TinyGPT(GPTConfig(d_model=16, n_layers=2, n_heads=2, context=8))
+        >>> rec = residual_scaling_errors(model, torch.randint(0, 256, (1, 8)), 4.0)
+        >>> len(rec["errors"]), 0 < rec["errors"][-1] < 0.1, rec["growth"] > 1
+        (3, True, True)
+    """
+    scaled = copy.deepcopy(model)
+    for block in scaled.blocks:
+        block.attn.out.weight.mul_(scale)
+        block.mlp.down.weight.mul_(scale)
+    ref, _ = scaled.double().trunk(idx)
+    low, _ = scaled.to(dtype).trunk(idx)
+    errors = [float((lo.double() - r).norm() / r.norm()) for lo, r in zip(low, ref, strict=True)]
+    return {"errors": errors, "growth": float(ref[-1].norm() / ref[0].norm())}
+
+
+def rank_correlation(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman rank correlation (average ranks for ties); NaN for fewer than 3 pairs or a
+    constant sequence.
+
+    Examples:
+        >>> round(rank_correlation([1, 2, 3, 4], [10, 20, 40, 30]), 12)
+        0.8
+        >>> math.isnan(rank_correlation([1, 1, 1], [1, 2, 3]))
+        True
+    """
+    if len(a) != len(b) or len(a) < 3:
+        return math.nan
+
+    def ranks(v: Sequence[float]) -> torch.Tensor:
+        x = torch.as_tensor(v, dtype=torch.float64)
+        r = torch.empty_like(x)
+        r[x.argsort(stable=True)] = torch.arange(len(x), dtype=torch.float64)
+        for value in x.unique():  # average ranks of ties
+            r[x == value] = r[x == value].mean()
+        return r - r.mean()
+
+    ra, rb = ranks(a), ranks(b)
+    den = float(ra.norm() * rb.norm())
+    return float(ra @ rb) / den if den > 0 else math.nan
+
+
+def sweep_table(
+    outliers: Sequence[float],
+    sinks: Sequence[float],
+    *,
+    d: int,
+    rows: int,
+    n: int,
+    dtypes: Sequence[torch.dtype] = (torch.float16, torch.bfloat16),
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The norm sweep (:func:`norm_sweeps`) and the softmax sweep (:func:`sink_sweep`) with
+    the summary the numerics claim judges.
+
+    Returns ``{"rows", "norm_sweep", "softmax_sweep"}``: ``rows`` holds, per
+    ``<kind>-<dtype>-<compute>``, the bulk error and bound at the largest outlier, and
+    ``"bounds"``: ``bound_error_spearman`` (the rank correlation of :func:`error_bound`
+    with the measured error over norms and outliers, finite cells without the documented
+    overflow, averaged over dtype x compute) and ``softmax_kappa_error_spearman`` (of the
+    shifted bf16 softmax's argument condition number with its error, over sink logits).
+
+    Examples:
+        >>> out = sweep_table([1.0, 1e2, 1e4], [0.0, 10.0, 40.0], d=16, rows=2, n=16)
+        >>> out["rows"]["rmsnorm-bfloat16-native"]["error"] < 0.1
+        True
+        >>> sorted(out["rows"]["bounds"])
+        ['bound_error_spearman', 'softmax_kappa_error_spearman']
+    """
+    norms = [r.to_dict() for r in norm_sweeps(outliers, d=d, rows=rows, dtypes=dtypes, seed=seed)]
+    table = {
+        f"{r['kind']}-{r['dtype']}-{r['compute']}": {"error": r["error"], "bound": r["bound"]}
+        for r in norms
+        if r["outlier"] == outliers[-1]
+    }
+    rhos = []
+    for key in dict.fromkeys((r["dtype"], r["compute"]) for r in norms):
+        cells = [
+            r
+            for r in norms
+            if (r["dtype"], r["compute"]) == key
+            and math.isfinite(r["error"])
+            and not expected_overflow(r)
+        ]
+        rho = rank_correlation([r["bound"] for r in cells], [r["error"] for r in cells])
+        rhos += [rho] if math.isfinite(rho) else []
+    soft = [r.to_dict() for r in sink_sweep(sinks, n=n, rows=rows, dtypes=dtypes, seed=seed)]
+    shifted = [r for r in soft if r["shifted"] and r["dtype"] == "bfloat16"]
+    table["bounds"] = {
+        "bound_error_spearman": sum(rhos) / len(rhos) if rhos else math.nan,
+        "softmax_kappa_error_spearman": rank_correlation(
+            [r["kappa"] for r in shifted], [r["error"] for r in shifted]
+        ),
+    }
+    return {"rows": table, "norm_sweep": norms, "softmax_sweep": soft}
