@@ -22,10 +22,24 @@
 #include <cstring>
 #include <immintrin.h>
 #include <omp.h>
+#include <unistd.h>
 
 namespace {
 
 constexpr long NB = 32;  // row blocks of the deterministic weight-gradient reduction
+
+// Outputs of at least half the last-level cache are written with non-temporal (streaming)
+// stores: an ordinary store first reads the destination line into the cache (read for
+// ownership), so writing y costs 2x its bytes in memory traffic; a streaming store writes
+// the line once. Such an output cannot stay in the cache for the next op anyway. Measured
+// here (one thread, 8192 x 1024 float32 RMSNorm forward): 1.58 -> 1.40 ms, copy_ 1.63 ms.
+// Smaller outputs keep ordinary stores (the next op reads them from the cache).
+long stream_threshold() {
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3 > 0 ? l3 / 2 : (16L << 20);
+}
+const long kStreamBytes = stream_threshold();
+inline bool streams(long R, long D, long item) { return R * D * item >= kStreamBytes; }
 
 inline float ld(const float* p, long i) { return p[i]; }
 inline float ld(const uint16_t* p, long i) {
@@ -48,19 +62,33 @@ inline void st(uint16_t* p, long i, float v) {
 // on a CPU with AVX512-BF16 the values go through a 64-float buffer and vcvtneps2bf16 (round
 // to nearest even, as st does; 3x faster than the scalar rounding), else through st.
 template <typename F>
-inline void emit(float* out, long D, F f) {
+inline void emit(float* out, long D, F f, bool nts = false) {
+  long j0 = 0;
+#if defined(__AVX512F__)
+  if (nts && (reinterpret_cast<uintptr_t>(out) & 63) == 0) {  // streaming stores (above)
+    constexpr long C = 64;
+    alignas(64) float buf[C];
+    for (; j0 + C <= D; j0 += C) {
 #pragma omp simd
-  for (long j = 0; j < D; ++j) out[j] = f(j);
+      for (long j = 0; j < C; ++j) buf[j] = f(j0 + j);
+      for (long k = 0; k < C; k += 16) _mm512_stream_ps(out + j0 + k, _mm512_load_ps(buf + k));
+    }
+    _mm_sfence();
+  }
+#endif
+#pragma omp simd
+  for (long j = j0; j < D; ++j) out[j] = f(j);
 }
 template <typename F>
-inline void emit(_Float16* out, long D, F f) {
+inline void emit(_Float16* out, long D, F f, bool = false) {
 #pragma omp simd
   for (long j = 0; j < D; ++j) out[j] = static_cast<_Float16>(f(j));
 }
 template <typename F>
-inline void emit(uint16_t* out, long D, F f) {
+inline void emit(uint16_t* out, long D, F f, bool nts = false) {
   long j0 = 0;
 #if defined(__AVX512BF16__)
+  nts = nts && (reinterpret_cast<uintptr_t>(out) & 63) == 0;
   constexpr long C = 64;
   alignas(64) float buf[C];
   for (; j0 + C <= D; j0 += C) {
@@ -68,9 +96,15 @@ inline void emit(uint16_t* out, long D, F f) {
     for (long j = 0; j < C; ++j) buf[j] = f(j0 + j);
     for (long k = 0; k < C; k += 16) {
       __m256bh h = _mm512_cvtneps_pbh(_mm512_load_ps(buf + k));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j0 + k), reinterpret_cast<__m256i&>(h));
+      __m256i* to = reinterpret_cast<__m256i*>(out + j0 + k);
+      if (nts) {
+        _mm256_stream_si256(to, reinterpret_cast<__m256i&>(h));
+      } else {
+        _mm256_storeu_si256(to, reinterpret_cast<__m256i&>(h));
+      }
     }
   }
+  if (nts) _mm_sfence();
 #endif
 #pragma omp simd
   for (long j = j0; j < D; ++j) st(out, j, f(j));
@@ -207,6 +241,7 @@ inline const T* add_residual(const T* x, const T* res, T* sum, long o, long D) {
 template <typename T>
 void rms_fwd(const T* x, const T* res, const float* w, float off, T* sum, T* y, float* rstd,
              long R, long D, float eps, int nt) {
+  const bool nts = streams(R, D, sizeof(T));
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
   for (long i = 0; i < R; ++i) {
     const long o = i * D;
@@ -231,7 +266,7 @@ void rms_fwd(const T* x, const T* res, const float* w, float off, T* sum, T* y, 
       }
     }
     rstd[i] = r;
-    emit(y + o, D, [&](long j) { return (ld(src, j) * r) * (w[j] + off); });
+    emit(y + o, D, [&](long j) { return (ld(src, j) * r) * (w[j] + off); }, nts);
   }
 }
 
@@ -239,6 +274,7 @@ template <typename T>
 void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rstd,
              const T* dsum, T* dx, float* dwpart, long R, long D, int nt) {
   const float invd = 1.0f / static_cast<float>(D);
+  const bool nts = streams(R, D, sizeof(T));
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
   for (long b = 0; b < blocks(R); ++b) {
     float* acc = dwpart + b * D;  // always given (the caller passes a scratch buffer)
@@ -257,9 +293,9 @@ void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rs
         return r * (g * (w[j] + off) - xh * c);
       };
       if (dsum != nullptr) {  // the sum's own gradient joins dx before rounding
-        emit(dx + o, D, [&](long j) { return grad(j) + ld(dsum + o, j); });
+        emit(dx + o, D, [&](long j) { return grad(j) + ld(dsum + o, j); }, nts);
       } else {
-        emit(dx + o, D, grad);
+        emit(dx + o, D, grad, nts);
       }
     }
   }
@@ -278,6 +314,7 @@ inline float row_mean(const T* x, long D) {
 template <typename T>
 void ln_fwd(const T* x, const T* res, const float* w, const float* bias, float off, T* sum,
             T* y, float* mean, float* rstd, long R, long D, float eps, int nt) {
+  const bool nts = streams(R, D, sizeof(T));
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
   for (long i = 0; i < R; ++i) {
     const long o = i * D;
@@ -313,7 +350,7 @@ void ln_fwd(const T* x, const T* res, const float* w, const float* bias, float o
     mean[i] = m;
     rstd[i] = r;
     emit(y + o, D,
-         [&](long j) { return (ld(src, j) * sc - mu) * rs * (w[j] + off) + bias[j]; });
+         [&](long j) { return (ld(src, j) * sc - mu) * rs * (w[j] + off) + bias[j]; }, nts);
   }
 }
 
@@ -324,6 +361,7 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
             const float* rstd, const T* dsum, T* dx, float* dwpart, float* dbpart, long R,
             long D, int nt) {
   const float invd = 1.0f / static_cast<float>(D);
+  const bool nts = streams(R, D, sizeof(T));
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
   for (long b = 0; b < blocks(R); ++b) {
     float* aw = dwpart + b * D;
@@ -351,9 +389,9 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
         return r * (g * (w[j] + off) - c1 - xh * c2);
       };
       if (dsum != nullptr) {  // the sum's own gradient joins dx before rounding
-        emit(dx + o, D, [&](long j) { return grad(j) + ld(dsum + o, j); });
+        emit(dx + o, D, [&](long j) { return grad(j) + ld(dsum + o, j); }, nts);
       } else {
-        emit(dx + o, D, grad);
+        emit(dx + o, D, grad, nts);
       }
     }
   }
@@ -362,10 +400,11 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
 template <typename T>
 void dyt_fwd(const T* x, float alpha, const float* w, const float* bias, T* y, long R, long D,
              int nt) {
+  const bool nts = streams(R, D, sizeof(T));
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
   for (long i = 0; i < R; ++i) {
     const long o = i * D;
-    emit(y + o, D, [&](long j) { return tanh_fast(alpha * ld(x + o, j)) * w[j] + bias[j]; });
+    emit(y + o, D, [&](long j) { return tanh_fast(alpha * ld(x + o, j)) * w[j] + bias[j]; }, nts);
   }
 }
 
@@ -401,6 +440,7 @@ void dyt_bwd(const T* dy, const T* x, float alpha, const float* w, T* dx, float*
 
 template <typename T>
 void softmax1_fwd(const T* x, T* y, float* work, long R, long D, int nt) {
+  const bool nts = streams(R, D, sizeof(T));
 #pragma omp parallel num_threads(threads_for(R, D, nt))
   {
     float* buf = work + static_cast<long>(omp_get_thread_num()) * D;  // nt rows of D
@@ -431,20 +471,21 @@ void softmax1_fwd(const T* x, T* y, float* work, long R, long D, int nt) {
         }
         inv = 1.0f / (fast_exp(-m) + s);
       }
-      emit(y + o, D, [&](long j) { return buf[j] * inv; });
+      emit(y + o, D, [&](long j) { return buf[j] * inv; }, nts);
     }
   }
 }
 
 template <typename T>
 void softmax1_bwd(const T* dy, const T* y, T* dx, long R, long D, int nt) {
+  const bool nts = streams(R, D, sizeof(T));
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
   for (long i = 0; i < R; ++i) {
     const long o = i * D;
     float c = 0.0f;
 #pragma omp simd reduction(+ : c)
     for (long j = 0; j < D; ++j) c += ld(dy + o, j) * ld(y + o, j);
-    emit(dx + o, D, [&](long j) { return ld(y + o, j) * (ld(dy + o, j) - c); });
+    emit(dx + o, D, [&](long j) { return ld(y + o, j) * (ld(dy + o, j) - c); }, nts);
   }
 }
 
@@ -524,5 +565,8 @@ void nl_softmax1_bwd(int dt, const void* dy, const void* y, void* dx, long R, lo
 }
 
 long nl_blocks() { return NB; }
+
+// Output size (bytes) from which the kernels write with streaming stores.
+long nl_stream_bytes() { return kStreamBytes; }
 
 }  // extern "C"
