@@ -8,6 +8,8 @@ import math
 import torch
 
 from normlab.claims import get_claim
+from normlab.claims.placebo import placebo_override
+from normlab.claims.rule import judge_claim
 from normlab.flows import MIXINGS
 
 CLAIM = get_claim("cdflow")
@@ -56,7 +58,27 @@ def test_effects_land_on_both_sides():
     slope = next(e for e in CLAIM.secondary if e.name == "logdet_exponent_gap")
     assert slope.fn(good) > slope.margin.value > slope.fn(bad)
     assert CLAIM.exclusive
-    gap = next(e for e in CLAIM.secondary if e.name == "digits_nll")
-    assert gap.fn(good) < gap.margin.value < gap.fn(bad)
     helps = next(e for e in CLAIM.secondary if e.name == "digits_mixing_helps")
     assert helps.fn(good) > 0 > helps.fn(bad)
+
+
+def test_the_primary_names_the_engines_arms():
+    arms = set(CLAIM.config("quick")["search"]["arms"])
+    primary = CLAIM.primary
+    for names in (primary.method, primary.baseline):
+        assert set(names.split(", ")) <= arms, names
+    for part in primary.parts:
+        assert {part.method, part.baseline} <= arms, part.name
+    pair = placebo_override(CLAIM)["placebo"]
+    assert {pair["method"], pair["baseline"]} <= arms
+
+
+def test_the_primary_is_untestable_when_a_flow_did_not_learn():
+    ms = [_table(2.5, 0.3, 1.0 + 0.001 * i, 1.0) for i in range(7)]
+    assert judge_claim(CLAIM, ms).primary.verdict == "supported"
+    for m in ms:  # the LU flow no better than the Gaussian on moons
+        m["table"]["moons-lu"]["test_nll"] = 1.45
+        m["table"]["moons-circulant"]["test_nll"] = 1.45
+    verdict = judge_claim(CLAIM, ms)
+    assert not next(p for p in verdict.premises if p.name == "moons_lu_flow_learns").held
+    assert verdict.primary.verdict == "untestable"
