@@ -1,4 +1,4 @@
-"""The fold-ln claim: the timed arms, the kernel swap through replace_norms, the signs."""
+"""The fold-ln claim: the kernel swap through replace_norms, the signs, the controls."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from normlab.claims import get_claim
-from normlab.claims.catalogue import fold_ln
-from normlab.layers.norms import LayerNorm, RMSNorm
+from normlab.claims.rule import judge_claim
+from normlab.layers.norms import RMSNorm
 from normlab.surgery import replace_norms
 
 CLAIM = get_claim("fold-ln")
@@ -23,22 +23,9 @@ def test_smoke_table(smoke_measurement):
         assert table[key]["q25"] <= table[key]["median"] <= table[key]["q75"]
     assert {"gpt2", "bert", "tinygpt-post"} <= set(CLAIM.config("quick")["archs"])
     assert CLAIM.config("quick")["time_d_model"] >= 512
-
-
-def test_timed_arms_run_the_paths_they_name():
-    config = {**CLAIM.config("smoke"), "time_d_model": 32}
-    arms, x, result = fold_ln._arms(config, 0)
-    assert result.folded
-    for name, backend in (("folded-normlab", "kernel"), ("folded-torch", "torch")):
-        norms = [m for m in arms[name].modules() if isinstance(m, RMSNorm)]
-        assert norms and all(m.backend == backend for m in norms), name
-    lns = [m for m in arms["layernorm-torch"].modules() if isinstance(m, LayerNorm)]
-    assert lns and all(m.backend == "torch" for m in lns)
-    assert not any(isinstance(m, LayerNorm) for m in arms["no-norm"].modules())
-    with torch.no_grad():
-        ref = arms["layernorm"](x)
-        for name in ("folded-normlab", "folded-torch", "layernorm-torch"):
-            torch.testing.assert_close(arms[name](x), ref, atol=1e-5, rtol=1e-5)
+    assert table["machine"]["load_per_core"] >= 0 and table["machine"]["cores"] >= 1
+    widths = smoke_measurement("fold-ln")["curves"]["widths"]
+    assert set(widths) == {str(w) for w in CLAIM.config("smoke")["time_widths"]}
 
 
 def test_replace_norms_sets_the_backend_and_keeps_the_numbers():
@@ -73,8 +60,36 @@ def test_figure_bars_span_the_quartiles_of_a_slower_fold():
 
     matplotlib.use("Agg")
     speed = {"median": -0.008, "q25": -0.076, "q75": 0.021}
-    table = {"speedup_torch": speed, "speedup_normlab": speed, "norm_share": {"normlab": 0.04}}
+    table = {"speedup_torch": speed, "speedup_normlab": speed, "norm_share": {"normlab": 0.04},
+             "machine": {"quiet": 1.0}}  # fmt: skip
     fig = get_claim("fold-ln").figure([{"table": table}])
     bars = fig.axes[0].containers[0]
     low, high = (float(v) for v in bars.lines[2][0].get_segments()[0][:, 1])
     assert low == pytest.approx(-7.6) and high == pytest.approx(2.1)
+
+
+def _measured(folded_ms: float, load_per_core: float, share: float = 0.1) -> dict:
+    rows = {"layernorm": 10.0, "folded-normlab": folded_ms}
+    rows |= {"layernorm-torch": 10.0, "folded-torch": folded_ms}
+    table = {name: {"forward_ms_median": ms} for name, ms in rows.items()}
+    table["norm_share"] = {"normlab": share}
+    table["machine"] = {"load_per_core": load_per_core, "quiet": float(load_per_core <= 1)}
+    table["fold"] = {"max_abs_change": 0.0}
+    return {"table": table}
+
+
+def test_a_loaded_machine_makes_the_timing_untestable():
+    quiet = [_measured(9.0 + 0.01 * i, 0.5 + 0.01 * i) for i in range(7)]
+    assert judge_claim(CLAIM, quiet).primary.verdict == "supported"
+    loaded = [_measured(9.0 + 0.01 * i, 5.0 + 0.5 * i) for i in range(7)]
+    verdict = judge_claim(CLAIM, loaded)
+    assert not next(p for p in verdict.premises if p.name == "machine_quiet").held
+    assert verdict.primary.verdict == "untestable"
+    assert {e.verdict for e in verdict.effects} == {"untestable"}
+
+
+def test_a_small_norm_share_makes_the_timing_untestable():
+    ms = [_measured(9.0 + 0.01 * i, 0.5, share=0.001 + 0.001 * i) for i in range(7)]
+    verdict = judge_claim(CLAIM, ms)
+    assert not next(p for p in verdict.premises if p.name == "norms_share_visible").held
+    assert verdict.primary.verdict == "untestable"
