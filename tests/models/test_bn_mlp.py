@@ -16,6 +16,10 @@ def test_matched_initialization():
         assert torch.equal(a[0].weight, b[0].weight) and torch.equal(a[3].weight, b[3].weight)
     he = bn_mlp(4, 2, bn=False, seed=3, init="he")
     assert torch.count_nonzero(he[0].bias) == 0
+    hb = bn_mlp(4, 2, bn=False, seed=3, init="he-bias", bias_std=2.0)
+    assert all(torch.equal(hb[i].weight, he[i].weight) for i in (0, 3))  # biases drawn after
+    offsets = hb[0].bias / hb[0].weight.norm(dim=1)
+    assert offsets.abs().min() > 0 and len(set(offsets.tolist())) == 4
 
 
 def test_layout_and_bad_init():

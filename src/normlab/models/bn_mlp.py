@@ -13,7 +13,7 @@ from torch import nn
 __all__ = ["INITS", "bn_mlp"]
 
 #: Weight initialisations :func:`bn_mlp` offers.
-INITS = ("default", "he")
+INITS = ("default", "he", "he-bias")
 
 
 def bn_mlp(
@@ -24,6 +24,7 @@ def bn_mlp(
     seed: int,
     init: str = "default",
     in_features: int = 2,
+    bias_std: float = 1.0,
 ) -> nn.Sequential:
     """``depth`` blocks ``Linear -> BatchNorm1d (or Identity) -> ReLU`` and a scalar head.
 
@@ -37,8 +38,12 @@ def bn_mlp(
         bn: BatchNorm after each hidden Linear.
         seed: the seed of the weights.
         init: "default" (torch's Linear init) or "he" (Kaiming-normal weights for ReLU,
-            He et al. 2015, and zero biases).
+            He et al. 2015, and zero biases) or "he-bias" (the same weights and biases
+            drawn from ``N(0, bias_std^2)``: with zero biases every first-layer switching
+            line ``w_i . x + b_i = 0`` passes through the origin, a degenerate partition;
+            with random biases the lines sit at random offsets ``-b_i / ||w_i||``).
         in_features: input width (2 for the plane, where linear regions can be drawn).
+        bias_std: the biases' standard deviation for ``init="he-bias"``.
 
     Examples:
         >>> import torch
@@ -53,10 +58,13 @@ def bn_mlp(
         raise ValueError(f"init must be one of {INITS}; got {init!r}.")
     torch.manual_seed(seed)
     linears = [nn.Linear(in_features if i == 0 else width, width) for i in range(depth)]
-    if init == "he":
+    if init != "default":
         for lin in linears:
             nn.init.kaiming_normal_(lin.weight, nonlinearity="relu")
             nn.init.zeros_(lin.bias)
+    if init == "he-bias":  # after every weight, so "he" and "he-bias" share the weights
+        for lin in linears:
+            nn.init.normal_(lin.bias, std=bias_std)
     mods: list[nn.Module] = []
     for lin in linears:
         mods += [lin, nn.BatchNorm1d(width) if bn else nn.Identity(), nn.ReLU()]

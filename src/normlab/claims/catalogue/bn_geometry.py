@@ -8,13 +8,18 @@ local region density is the exact number of affine (activation) regions in l-inf
 half-width ``radius`` around batch points, divided by the window area, counted with
 :func:`normlab.probes.bn_geometry.count_regions_2d`; effects are log ratios BN / no BN.
 
-Primary (normlab's reading of the theorem's setting): data centred at the origin and He
-(Kaiming-normal, zero bias) initialisation, where the raw hyperplanes already pass near the
-data, so BN's recentring buys nothing by construction and any gain comes from the
-refinement the paper claims. Secondary: the same comparison with torch's default Linear init,
-centred and shifted to (3, 3); BN is exactly translation-invariant, so the shift only hurts
-the no-BN arm and inflates that ratio (it is not the headline). Premise: the no-BN
-partition is not already saturated (its windows hold more than one region on average).
+Primary (normlab's reading of the theorem's setting): data centred at the origin, He
+(Kaiming-normal) weights and biases drawn from ``N(0, bias_std^2)``. With zero biases every
+first-layer switching line of the no-BN network passes through the origin (one point: a
+degenerate partition, and BN's lines all pass through the batch centroid, next to it), so
+the comparison would be between two pencils of lines; with random biases the no-BN lines sit
+at random offsets, as in a trained or default-initialised network. BN cancels every raw
+bias (check ``offsets_bias_free``), so the BN arm is the same function under either init.
+Secondaries: the zero-bias He init (to show how much the measure depends on the degenerate
+pencil), torch's default Linear init on centred data, and on data shifted to (3, 3) (BN is
+exactly translation-invariant, so the shift only hurts the no-BN arm and inflates that
+ratio; it is not the headline). Premise: the no-BN partition is not already saturated (its
+windows hold more than one region on average).
 Nothing is trained: the paper's statements are about a given mini-batch at given weights.
 """
 
@@ -47,6 +52,8 @@ __all__ = ["ARMS", "CLAIM", "run"]
 
 #: arm -> (BN, centred data, init).
 ARMS: dict[str, tuple[bool, bool, str]] = {
+    "bn-he-bias": (True, True, "he-bias"),
+    "no-bn-he-bias": (False, True, "he-bias"),
     "bn-he": (True, True, "he"),
     "no-bn-he": (False, True, "he"),
     "bn-centred": (True, True, "default"),
@@ -70,7 +77,14 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     for name, (bn, centred, init) in ARMS.items():
         x = _data(config, torch.Generator().manual_seed(seed), centred=centred)
         anchors = x[: config["anchors"]]
-        net = bn_mlp(config["width"], config["depth"], bn=bn, seed=seed, init=init)
+        net = bn_mlp(
+            config["width"],
+            config["depth"],
+            bn=bn,
+            seed=seed,
+            init=init,
+            bias_std=config["bias_std"],
+        )
         rd = region_density(net, x, anchors, config["radius"])
         hp = switching_hyperplanes(net, x)
         dist = np.abs(hp.normals @ anchors.numpy().T - hp.thresholds[:, None])
@@ -108,7 +122,7 @@ def _ratio(name: str, description: str, suffix: str) -> Effect:
     )
 
 
-_BASE = {"shift": [3.0, 3.0], "spread": 1.0, "batch": 64, "radius": 0.5}
+_BASE = {"shift": [3.0, 3.0], "spread": 1.0, "batch": 64, "radius": 0.5, "bias_std": 1.0}
 
 CLAIM = register_claim(
     Claim(
@@ -116,15 +130,22 @@ CLAIM = register_claim(
         paper=paper("bn-geometry"),
         hypothesis=(
             "With BN in training mode, the local affine-region density near the data is "
-            "higher than without BN at matched initialization (centred data, He init)."
+            "higher than without BN at matched initialization (centred data, He weights, random "
+            "biases)."
         ),
         primary=_ratio(
             "density_log_ratio",
             "log(region density with BN / without BN) in l-inf windows around data points; "
-            "centred data, He init",
-            "-he",
+            "centred data, He weights and N(0, bias_std^2) biases",
+            "-he-bias",
         ),
         secondary=(
+            _ratio(
+                "density_log_ratio_zero_bias",
+                "the same log ratio, He init with zero biases (every no-BN first-layer line "
+                "through the origin: the degenerate pencil)",
+                "-he",
+            ),
             _ratio(
                 "density_log_ratio_default_init",
                 "the same log ratio, centred data, torch's default Linear init",
@@ -142,7 +163,7 @@ CLAIM = register_claim(
                 "baseline_not_saturated",
                 "the no-BN network's mean region count per window minus 1 (the partition "
                 "near the data has room to refine, and is cut at all)",
-                lambda m: cell(m, "no-bn-he", "mean_count") - 1.0,
+                lambda m: cell(m, "no-bn-he-bias", "mean_count") - 1.0,
                 direction="greater",
                 margin=Margin(0.0, "normlab's choice: one region per window is no partition"),
             ),
@@ -156,6 +177,11 @@ CLAIM = register_claim(
             ),
         ),
         free_settings=(
+            FreeSetting.scaled(
+                "bias_std",
+                "normlab's choice: the scale of a unit pre-activation (He weights on "
+                "unit-variance data), so the no-BN offsets fall inside the data cloud",
+            ),
             FreeSetting.scaled("radius", "normlab's choice: the window half-width 'local' means"),
             FreeSetting.scaled("width", "normlab's choice: a small ReLU MLP"),
             FreeSetting.scaled("depth", "normlab's choice: hidden layers"),
@@ -169,12 +195,16 @@ CLAIM = register_claim(
         decisive="radius",
         untuned="nothing is trained: the paper's statements are about a given mini-batch at "
         "given (initial) weights",
+        quote="we show that BN increases expected local partition refinement in ReLU and more "
+        "general piecewise-affine networks",
         headline="Theorem-level: BN increases expected local partition refinement (no number).",
         setup=(
             "ReLU MLP (2 -> width x depth -> 1), batch of 64 points from N(0, I) (secondary: "
             "also N((3, 3), I)); exact region counts in l-inf windows of half-width 0.5 "
             "around 8 (quick) batch points; BN (training mode, gain 1, shift 0) vs identity; "
-            "primary with He init and zero biases, secondaries with torch's default init."
+            "primary with He weights and N(0, 1) biases (no-BN lines at random offsets); "
+            "secondaries with zero biases (all no-BN first-layer lines through the origin) "
+            "and torch's default init."
         ),
         scale_note="quick and smoke score the partition at initialization only; the "
         "paper's statements are for a given mini-batch, not for training.",
