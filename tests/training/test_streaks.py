@@ -52,8 +52,9 @@ def test_training_moves_only_the_trainable_curve():
     kw = {"steps": 5, "batch": 4, "pos_power": 0.5, "frames": 3, "width": 4, "seed": 1}
     curves = {}
     for scaling in SCALINGS:
-        net, div = train_streak_segnet(scaling, (x, y), 3e-2, **kw)
-        assert div is None and 0.0 <= segnet_f1(net, x, y) <= 1.0
+        net, result = train_streak_segnet(scaling, (x, y), 3e-2, **kw)
+        assert result.diverged is None and 0.0 <= segnet_f1(net, x, y) <= 1.0
+        assert len(result.losses) == kw["steps"]
         curves[scaling] = learned_curve(net)
     assert curves["zscore"] == {} and set(curves["learned"]) == {"lo", "hi", "softening"}
     start = learned_curve(streak_segnet("learned", x, frames=3, width=4))

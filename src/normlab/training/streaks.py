@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from normlab.data.streaks import streak_frames
 from normlab.models.segnet import TinySegNet, pixel_f1
-from normlab.training.fit import Divergence, fit
+from normlab.training.fit import FitResult, fit
 
 __all__ = [
     "SCALINGS",
@@ -74,13 +74,14 @@ def train_streak_segnet(
     width: int,
     start: str = "linear",
     seed: int = 0,
-) -> tuple[TinySegNet, Divergence | None]:
+) -> tuple[TinySegNet, FitResult]:
     """Train a :func:`streak_segnet` with Adam on random batches of ``train`` (frames,
     masks) under a binary cross-entropy whose rare streak pixels are up-weighted by
     ``((1 - p) / p) ** pos_power`` (``p`` the streak-pixel fraction; 1 is fully balanced).
 
     Returns:
-        The net and where it diverged (None when it finished).
+        The net and its :class:`~normlab.training.fit.FitResult` (the training loss of every
+        step in ``losses``; ``diverged`` None when it finished).
     """
     torch.manual_seed(seed)
     x, y = train
@@ -95,7 +96,7 @@ def train_streak_segnet(
         steps,
         torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=lr),
     )
-    return net, result.diverged
+    return net, result
 
 
 @torch.no_grad()

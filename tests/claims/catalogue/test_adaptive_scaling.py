@@ -6,6 +6,7 @@ import json
 import math
 
 from normlab.claims import get_claim
+from normlab.claims.rule import judge_claim
 from normlab.training.streaks import SCALINGS
 
 CLAIM = get_claim("adaptive-scaling")
@@ -61,3 +62,28 @@ def test_checks_pass():
     for check in CLAIM.checks:
         outcome = check.fn(CLAIM.config("smoke"))
         assert outcome.passed, (check.name, outcome)
+
+
+def _tuned(table: dict, learned_val: float, late: float = 0.01) -> dict:
+    """The engine's tuning records: every arm's validation score (minus F1) against the
+    every-pixel reference, and the late share of its training curve."""
+    tuning = {a: {"reference": -0.035, "val": -0.6, "late_share": 0.01} for a in SCALINGS}
+    tuning["learned"].update(val=-learned_val, late_share=late)
+    return {**table, "tuning": tuning}
+
+
+def test_a_learned_arm_that_did_not_train_makes_the_primary_untestable():
+    ok = [_tuned(_table(0.6 + 0.01 * i, (0.1, 0.2, 0.6)), 0.6 + 0.01 * i) for i in range(5)]
+    assert judge_claim(CLAIM, ok).primary.verdict != "untestable"
+    flat = [_tuned(_table(0.0, (0.1, 0.2, 0.6)), 0.0) for _ in range(5)]  # F1 0: as min-max
+    verdict = judge_claim(CLAIM, flat)
+    assert not next(p for p in verdict.premises if p.name == "learned_learned").held
+    assert verdict.primary.verdict == "untestable"
+    late = [_tuned(_table(0.6, (0.1, 0.2, 0.6)), 0.6, late=0.3 + 0.01 * i) for i in range(5)]
+    assert judge_claim(CLAIM, late).primary.verdict == "untestable"  # under-trained
+
+
+def test_the_start_is_asinh_with_the_linear_start_its_neighbour():
+    assert CLAIM.config("quick")["start"] == "asinh"
+    start = next(f for f in CLAIM.free_settings if f.key == "start")
+    assert start.neighbours(CLAIM.config("quick")) == ("linear", "linear")
