@@ -10,6 +10,9 @@ score rows (``paper("kappa")``: Kaniadakis kappa-softmax and Abe softmax,
   ``q <-> 1/q`` symmetry.
 - :func:`tail_probability`: ``log10`` of the probability softmax and kappa-softmax give one
   score a fixed distance below the row maximum.
+- :func:`attention_log_range`: how far below its row maximum a trained softmax attention
+  puts its lowest key, ``log p_max - log p_min`` (= the score range, for softmax): the
+  distance at which the operators' tails differ in a real model.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from normlab.functional import abe_softmax, kappa_softmax
 
 __all__ = [
     "abe_deviation",
+    "attention_log_range",
     "random_scores",
     "softmax_limit",
     "tail_exponent",
@@ -119,3 +123,25 @@ def tail_probability(head: torch.Tensor, distance: float, kappa: float) -> dict[
         "kappa-softmax": kappa_softmax(s, kappa=kappa)[:, -1],
     }
     return {name: float(p.log10().mean()) for name, p in probs.items()}
+
+
+def attention_log_range(probs: Sequence[torch.Tensor], min_keys: int = 16) -> float:
+    """Median over attention rows of ``ln p_max - ln p_min``, rows of at least ``min_keys``
+    keys (causal rows: query index >= ``min_keys - 1``), over every layer's probabilities
+    ``(batch, heads, queries, keys)``. For softmax this is the row's score range
+    ``s_max - s_min``: the distance below the maximum that the tail of the operator
+    (exponential for softmax, algebraic ``d^(-1/kappa)`` for kappa-softmax) acts on.
+    A probability that underflows counts as the smallest normal float."""
+    ranges = []
+    for p in probs:
+        p = p.detach().double()
+        rows = p[..., min_keys - 1 :, :]
+        keys = torch.arange(p.shape[-1])
+        queries = torch.arange(min_keys - 1, p.shape[-2]).unsqueeze(-1)
+        visible = keys <= queries  # causal: query q sees keys 0..q
+        tiny = torch.finfo(torch.float32).tiny
+        logs = rows.clamp_min(tiny).log()
+        hi = logs.masked_fill(~visible, -math.inf).amax(-1)
+        lo = logs.masked_fill(~visible, math.inf).amin(-1)
+        ranges.append((hi - lo).flatten())
+    return float(torch.cat(ranges).median())

@@ -1,14 +1,17 @@
-"""The kappa-attention claim: smoke table, operator checks, and the effect's sign."""
+"""The kappa-attention claim: smoke table, operator checks, the effect and its controls."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from normlab.claims import get_claim
+from normlab.claims.rule import judge_claim
 from normlab.probes.score_tails import (
     abe_deviation,
+    attention_log_range,
     random_scores,
     softmax_limit,
     tail_exponent,
@@ -22,8 +25,7 @@ def test_smoke_table(smoke_measurement):
     table = smoke_measurement("kappa-attention")["table"]
     assert set(table) == {"softmax", "kappa-softmax"}
     assert all(math.isfinite(row["test_bpb"]) for row in table.values())
-    assert all(math.isfinite(row["log10_tail_p"]) for row in table.values())
-    assert CLAIM.primary.fn({"table": table}) > CLAIM.primary.margin.value
+    assert all(row["attention_log_range"] >= 0 for row in table.values())
     assert CLAIM.config("quick")["seeds"] >= 5
 
 
@@ -51,30 +53,42 @@ def test_tail_probability_is_algebraic_for_kappa_only():
     assert abs(near["softmax"] - far["softmax"] - 50 / math.log(10)) < 1e-6
 
 
-def test_effect_sign_on_hand_built_tables():
-    def m(kappa: float, tail: float = -5.0) -> dict:
-        return {
-            "table": {
-                "softmax": {"test_bpb": 3.3, "log10_tail_p": -13.0},
-                "kappa-softmax": {"test_bpb": kappa, "log10_tail_p": tail},
-            }
+def _m(kappa_bpb: float, log_range: float = 8.0) -> dict:
+    return {
+        "table": {
+            "softmax": {"test_bpb": 3.3, "attention_log_range": log_range},
+            "kappa-softmax": {"test_bpb": kappa_bpb, "attention_log_range": log_range},
         }
-
-    lm = CLAIM.secondary[0]
-    assert lm.fn(m(3.25)) < 0 < lm.fn(m(3.4))
-    assert CLAIM.primary.fn(m(3.3)) > 1 > CLAIM.primary.fn(m(3.3, tail=-13.5))
+    }
 
 
-def test_lm_extension_is_full_scale_only():
-    """The LM secondary is declared and trained at full; quick measures the operator only."""
-    (lm,) = CLAIM.secondary
-    assert lm.scales == ("full",)
-    assert [CLAIM.config(s)["lm_extension"] for s in ("smoke", "quick", "full")] == [
-        True,
-        False,
-        True,
-    ]
-    config = {**CLAIM.config("quick"), "rows": 4, "keys": 8}
-    m = CLAIM.run(config, 0)
-    assert set(m["table"]) == {"softmax", "kappa-softmax"} and "tuning" not in m
-    assert all(set(row) == {"log10_tail_p"} for row in m["table"].values())
+def test_effect_sign_on_hand_built_tables():
+    assert CLAIM.primary.name == "lm_bpb_gap" and CLAIM.primary.scales == ()
+    assert CLAIM.primary.fn(_m(3.25)) < 0 < CLAIM.primary.fn(_m(3.4))
+
+
+def test_the_primary_can_fail_and_the_premise_gates_it():
+    near = [_m(3.30 + 0.001 * i) for i in range(5)]
+    assert judge_claim(CLAIM, near).primary.verdict == "supported"
+    worse = [_m(3.40 + 0.001 * i) for i in range(5)]
+    assert judge_claim(CLAIM, worse).primary.verdict == "contradicted"
+    flat = [_m(3.30 + 0.001 * i, log_range=2.0 + 0.1 * i) for i in range(5)]
+    verdict = judge_claim(CLAIM, flat)
+    assert not next(p for p in verdict.premises if p.name == "softmax_reaches_far_scores").held
+    assert verdict.primary.verdict == "untestable"
+
+
+def test_checks_can_fail():
+    config = CLAIM.config("quick")
+    checks = {c.name: c for c in CLAIM.checks}
+    assert checks["tail_heavier"].fn(config).passed
+    assert not checks["tail_heavier"].fn({**config, "tail_distance": 3.0}).passed
+    assert not checks["recovers_softmax"].fn({**config, "limit_kappas": (0.5, 0.6)}).passed
+
+
+def test_attention_log_range_is_the_softmax_score_range():
+    scores = torch.tensor([[0.0, -2.0, -7.0, -1.0]]).expand(1, 1, 4, 4).clone()
+    causal = torch.ones(4, 4).tril().bool()
+    probs = scores.masked_fill(~causal, -math.inf).softmax(-1)
+    # rows with >= 4 keys: the last row, whose scores span 7
+    assert attention_log_range([probs], min_keys=4) == pytest.approx(7.0)
