@@ -84,3 +84,21 @@ def test_quick_trains_every_arm_its_measured_effects_name():
             if measured_at(effect, scale):
                 assert {effect.method, effect.baseline} <= arms, (scale, effect.name)
     assert set(CLAIM.config("full")["search"]["arms"]) == set(ARMS)
+
+
+def test_a_plain_model_that_collapses_at_every_lr_reads_did_not_train():
+    """The open design question of issue 35: the paper's phenomenon is the baseline
+    collapsing, but the engine's learned premise makes a plain-large arm whose every trial
+    diverged "did not train" (untestable), not a supported stability gap."""
+    ms = []
+    for i in range(5):
+        m = _table(3.6, 3.5 + 0.01 * i)
+        m["tuning"] = {
+            arm: {"reference": 8.0, "val": None if arm == "plain-large" else 3.6}
+            for arm in m["table"]
+        }
+        m["diverged"] = {"plain-large": {"step": 40, "last": 9.0}}
+        ms.append(m)
+    verdict = judge_claim(CLAIM, ms, CHECKS)
+    assert verdict.verdict == "untestable"
+    assert "plain-large did not train" in verdict.effects[0].reason
