@@ -11,6 +11,7 @@ from torch import nn
 from normlab.training.macro import (
     ARMS,
     arm_optimizers,
+    manifold_drift,
     msign_error,
     norm_free_gpt,
     residual_scale,
@@ -41,9 +42,24 @@ def test_each_arm_gets_its_optimizers_and_decay():
     (base,) = arm_optimizers(model, "rmsnorm-adamw", {"lr": 1e-3}, 0.1)
     assert base.param_groups[0]["weight_decay"] == 0.1 and base.param_groups[0]["params"]
     (ctrl,) = arm_optimizers(model, "nonorm-adamw", {"lr": 1e-3}, 0.1)
-    assert not ctrl.param_groups[0]["params"] and len(ARMS) == 3
+    assert not ctrl.param_groups[0]["params"] and len(ARMS) == 4
+    kept = arm_optimizers(model, "rmsnorm-macro", {"lr": 1e-3, "macro_lr": 0.05}, 0.1)
+    assert [type(o).__name__ for o in kept] == ["MACRO", "AdamW"]
     with pytest.raises(ValueError, match="arm"):
         arm_optimizers(model, "other", {"lr": 1e-3}, 0.1)
+
+
+def test_one_embedding_init_gives_both_models_the_same_weights():
+    free = norm_free_gpt(_SHAPE, 3, embed_std=1.0)
+    kept = norm_free_gpt(_SHAPE, 3, norm_free=False, embed_std=1.0)
+    shared = dict(kept.named_parameters())
+    for name, p in free.named_parameters():
+        assert torch.equal(p, shared[name]), name
+    assert float(norm_free_gpt(_SHAPE, 3, embed_std=0.02).embed.weight.detach().std()) < 0.05
+
+
+def test_the_retraction_keeps_the_rows_on_the_manifold():
+    assert manifold_drift(20) < 1e-5
 
 
 def test_msign_keeps_the_singular_vectors():

@@ -4,11 +4,13 @@ activation scales, standing in for RMSNorm and weight decay).
 
 - :func:`norm_free_gpt`: TinyGPT with every norm replaced by the identity and its token and
   position embeddings at unit RMS (what RMSNorm would hand the first layer), or the plain
-  RMSNorm TinyGPT.
+  RMSNorm TinyGPT; ``embed_std`` sets the embeddings' init for either (arms compared at
+  one init).
 - :func:`macro_optimizers` / :func:`adamw_optimizers`: MACRO (oblique manifold: unit-norm
   rows) on the hidden matrices with AdamW (no decay) on the rest, or one AdamW with decay
   on the hidden matrices and head (optionally none at all).
-- :func:`arm_optimizers`: the optimizers of the seed's three arms (:data:`ARMS`).
+- :func:`arm_optimizers`: the optimizers of the arms (:data:`ARMS`).
+- :func:`manifold_drift`: how far MACRO's hidden rows leave the manifold over a short run.
 - :func:`msign_error`: how far Muon's Newton-Schulz ``msign`` is from the SVD's polar factor.
 - :func:`residual_scale`: the largest RMS of the residual stream over the block inputs and
   the final state.
@@ -35,10 +37,12 @@ from normlab.training.fit import FitResult, fit
 
 __all__ = [
     "ARMS",
+    "NORM_FREE",
     "ProbedRun",
     "adamw_optimizers",
     "arm_optimizers",
     "macro_optimizers",
+    "manifold_drift",
     "msign_error",
     "norm_free_gpt",
     "residual_scale",
@@ -46,15 +50,28 @@ __all__ = [
 ]
 
 _LN2 = math.log(2.0)
-#: The seed's arms: RMSNorm + AdamW with weight decay (the baseline), no norm + MACRO on the
-#: hidden matrices, and no norm + plain AdamW (the control for the activation scale).
-ARMS = ("rmsnorm-adamw", "nonorm-macro", "nonorm-adamw")
+#: The arms: RMSNorm + AdamW with weight decay (the standard recipe), no norm + MACRO on the
+#: hidden matrices, no norm + plain AdamW (the control for the activation scale), and
+#: RMSNorm + MACRO (the control for the optimizer: MACRO with the norm kept, so that removing
+#: the norm under MACRO isolates whether the constraint subsumes it).
+ARMS = ("rmsnorm-adamw", "nonorm-macro", "nonorm-adamw", "rmsnorm-macro")
+#: The arms without any norm.
+NORM_FREE = ("nonorm-macro", "nonorm-adamw")
 
 
-def norm_free_gpt(shape: Mapping[str, Any], seed: int, *, norm_free: bool = True) -> TinyGPT:
+def norm_free_gpt(
+    shape: Mapping[str, Any],
+    seed: int,
+    *,
+    norm_free: bool = True,
+    embed_std: float | None = None,
+) -> TinyGPT:
     """TinyGPT of ``shape`` (``d_model``, ``n_layers``, ``n_heads``, ``context``) initialised
     from ``seed``: with RMSNorm, or (``norm_free``) with every norm the identity and
-    unit-RMS token and position embeddings."""
+    unit-RMS token and position embeddings. ``embed_std``, when given, draws the token and
+    position embeddings from ``N(0, embed_std^2)`` for either model (TinyGPT's own init is
+    0.02); the norms hold no random state, so one ``seed`` and ``embed_std`` give the two
+    models the same weights."""
     torch.manual_seed(seed)
     keys = ("d_model", "n_layers", "n_heads", "context")
     model = TinyGPT(GPTConfig(**{k: shape[k] for k in keys}, norm="rmsnorm"))
@@ -62,8 +79,10 @@ def norm_free_gpt(shape: Mapping[str, Any], seed: int, *, norm_free: bool = True
         for block in model.blocks:
             block.norm1, block.norm2 = nn.Identity(), nn.Identity()
         model.norm_f = nn.Identity()
-        nn.init.normal_(model.embed.weight, std=1.0)
-        nn.init.normal_(model.pos.weight, std=1.0)
+        embed_std = 1.0 if embed_std is None else embed_std
+    if embed_std is not None:
+        nn.init.normal_(model.embed.weight, std=embed_std)
+        nn.init.normal_(model.pos.weight, std=embed_std)
     return model
 
 
@@ -106,7 +125,7 @@ def arm_optimizers(
     RMSNorm baseline only."""
     if arm not in ARMS:
         raise ValueError(f"Unknown arm {arm!r}; expected one of {ARMS}.")
-    if arm == "nonorm-macro":
+    if arm.endswith("-macro"):
         return macro_optimizers(model, params["lr"], params["macro_lr"])
     return adamw_optimizers(model, params["lr"], weight_decay, decay=arm == "rmsnorm-adamw")
 
@@ -191,3 +210,18 @@ def train_probed(
         after_step=after_step,
     )
     return out
+
+
+def manifold_drift(steps: int = 100) -> float:
+    """How far MACRO's hidden rows drift off the oblique manifold: the largest
+    ``| ||row|| - 1 |`` over the blocks' matrices of a small no-norm TinyGPT (d_model 16, one
+    layer, context 16, seed 0) after ``steps`` steps of :func:`macro_optimizers` (AdamW lr
+    1e-3, MACRO lr 0.05) on the training split. The retraction keeps it at rounding level."""
+    model = norm_free_gpt({"d_model": 16, "n_layers": 1, "n_heads": 2, "context": 16}, 0)
+    opts = macro_optimizers(model, 1e-3, 0.05)
+    probe = torch.zeros(1, 16, dtype=torch.long)
+    train_probed(
+        model, opts, steps=steps, batch=4, warmup=1, probe=probe, probe_every=steps, seed=0
+    )
+    hidden = opts[0].param_groups[0]["params"]
+    return max(float((p.detach().norm(dim=1) - 1).abs().max()) for p in hidden)
