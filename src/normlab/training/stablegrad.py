@@ -13,7 +13,7 @@ of the gradient reaching the network output, watched every step) or ``"stablegra
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -46,11 +46,14 @@ class Run:
         val: its validation score (the PINN's held-out physics loss, lower is better; the
             CNN's held-out accuracy, higher is better).
         diverged: where it diverged, or None.
+        curve: the training loss of every completed step, in order (for the convergence
+            premise).
     """
 
     model: torch.nn.Module
     val: float
     diverged: Divergence | None
+    curve: list[float] = field(default_factory=list)
 
 
 def make_optimizer(model: torch.nn.Module, kind: str, lr: float) -> torch.optim.Optimizer:
@@ -99,11 +102,11 @@ def train_pinn(
         opt,
     )
     if result.diverged is not None:
-        return Run(model, math.inf, result.diverged)
+        return Run(model, math.inf, result.diverged, result.losses)
     val = poisson_loss(model, held_out)[0].item()
     if not math.isfinite(val):
-        return Run(model, val, Divergence(result.steps, result.final_loss))
-    return Run(model, val, None)
+        return Run(model, val, Divergence(result.steps, result.final_loss), result.losses)
+    return Run(model, val, None, result.losses)
 
 
 def train_digits_cnn(
@@ -135,7 +138,8 @@ def train_digits_cnn(
         return _watched(opt, kind, F.cross_entropy(out, data.train_y[train[pos]]), out)
 
     result = fit(model, loss_fn, batches, batches.steps(epochs), opt)
-    return Run(model, accuracy(model, data.train_x[val], data.train_y[val]), result.diverged)
+    acc = accuracy(model, data.train_x[val], data.train_y[val])
+    return Run(model, acc, result.diverged, result.losses)
 
 
 @torch.no_grad()

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from normlab.claims import get_claim
+from normlab.claims.rule import judge_claim
 from normlab.models.pinn import PINN, ResidualCNN, poisson_exact, poisson_loss
 
 CLAIM = get_claim("stablegrad")
@@ -59,3 +60,25 @@ def test_smoke_run_and_checks():
     for check in CLAIM.checks:
         assert check.fn(config).passed, check.name
     assert CLAIM.config("quick")["seeds"] >= 5
+
+
+def test_quick_trains_the_last_layer_arm_with_an_edge_step():
+    search = CLAIM.config("quick")["search"]
+    assert "stablegrad-last-deep" in search["arms"] and search["extend"] >= 1
+    last = next(e for e in CLAIM.secondary if e.method == "stablegrad-last-deep")
+    assert not last.scales  # measured at every scale
+
+
+def test_an_under_trained_arm_makes_its_comparison_untestable():
+    def m(i: int, late: float) -> dict:
+        out = _m(-0.2 + 0.01 * i, -0.8)
+        out["table"]["adam-shallow"]["rel_l2"] = 0.05
+        out["table"]["adam-shallow"]["log10_rel_l2"] = -1.3
+        records = {a: {"reference": 10.0, "val": 1.0, "late_share": 0.01} for a in out["table"]}
+        records["stablegrad-deep"]["late_share"] = late + 0.01 * i
+        return {**out, "tuning": records}
+
+    assert judge_claim(CLAIM, [m(i, 0.01) for i in range(8)]).primary.verdict == "supported"
+    verdict = judge_claim(CLAIM, [m(i, 0.3) for i in range(8)])
+    assert not next(p for p in verdict.premises if p.name == "stablegrad-deep_converged").held
+    assert verdict.primary.verdict == "untestable"
