@@ -125,7 +125,7 @@ def _ratio(name: str, what: str, row: str, direction: str) -> Effect:
 
 
 def _growth(name: str, row: str, op: str, gates: tuple[str, ...]) -> Precondition:
-    return Precondition(name, f"log10 growth ratio of the residual stream at {row} vs unscaled",
+    return Precondition(name, f"log10 growth ratio of the stream at x {row[4:]}_scale vs unscaled",
                         lambda m: math.log10(cell(m, row, "growth") / cell(m, "gpt-s1", "growth")),
                         op, 1.0, "normlab's choice: a 10x change in stream growth is a different "
                         "regime", gates=gates)
