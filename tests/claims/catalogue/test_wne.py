@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from normlab.claims import get_claim
+from normlab.claims.rule import judge_claim
 from normlab.models.denoise import DenoiseCNN, psnr, synthetic_scenes
 
 CLAIM = get_claim("wne")
@@ -55,3 +56,20 @@ def test_smoke_run_and_checks():
     for check in CLAIM.checks:
         assert check.fn(config).passed, check.name
     assert CLAIM.config("quick")["seeds"] >= 5
+
+
+def test_the_primary_is_untestable_without_a_mismatch_or_when_under_trained():
+    def ms(plain50: float, late: float = 0.01) -> list[dict]:
+        out = []
+        for i in range(5):
+            m = _m(plain50 + 0.01 * i, plain50 + 1.0 + 0.01 * i)
+            records = {a: {"reference": -20.0, "val": -28.0, "late_share": late} for a in _ARMS}
+            out.append({**m, "tuning": records})
+        return out
+
+    assert judge_claim(CLAIM, ms(15.0)).primary.verdict == "supported"
+    assert judge_claim(CLAIM, ms(21.0)).primary.verdict == "untestable"  # no mismatch
+    assert judge_claim(CLAIM, ms(15.0, late=0.4)).primary.verdict == "untestable"
+
+
+_ARMS = ("plain", "wne")
