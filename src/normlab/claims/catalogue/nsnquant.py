@@ -227,7 +227,7 @@ CLAIM = register_claim(Claim(
     "on code; NSN's from N(0, I); KIVI group 32; HQQ / quanto group 64. The last `window` "
     "tokens of each window are scored over the quantized cache of the others.",
     scale_note="The regime: a byte-level model whose code keys have an effective rank of about "
-    "6-19 of 64 (fp row: key_rank), where a codebook calibrated on the data fits the low-rank "
+    "14 of 64 (values 21; fp row), where a codebook calibrated on the data fits the low-rank "
     "subspace: NSNQuant's 2-bit error exceeds k-means' on every domain (code ~0.19 vs ~0.05, "
     "tables ~0.10 vs ~0.08); it degrades less under the shift because its error does not "
     "depend on calibration data, not because it is lower. The paper's 'outperforms' needs a "
