@@ -18,7 +18,7 @@ from torch import nn
 
 from normlab.models.mlp import ClusterHead
 from normlab.ssl import TeacherNorm, cluster_usage, nmi
-from normlab.training.fit import Divergence, fit
+from normlab.training.fit import FitResult, fit
 
 __all__ = ["gaussian_mixture", "score_teacher", "self_distill"]
 
@@ -51,10 +51,12 @@ def self_distill(
     center_momentum: float = 0.9,
     noise: float = 0.3,
     seed: int = 0,
-) -> tuple[nn.Module, Divergence | None]:
+) -> tuple[nn.Module, FitResult]:
     """Train a student/teacher pair on points ``x``; the teacher network (in eval mode) and
-    the divergence, if the student's loss turned non-finite (training ended there, the
-    teacher keeping its last weights)."""
+    the loop's :class:`~normlab.training.fit.FitResult`: the student's distillation loss per
+    step (``losses``, the cross-entropy to the teacher's assignment of the other view) and
+    ``diverged``, if that loss turned non-finite (training ended there, the teacher keeping
+    its last weights)."""
     torch.manual_seed(seed)
     student = ClusterHead(x.shape[1], clusters)
     teacher = copy.deepcopy(student).requires_grad_(False)
@@ -81,7 +83,7 @@ def self_distill(
 
     opt = torch.optim.Adam(student.parameters(), lr=lr)
     result = fit(student, loss_fn, views, steps, opt, after_step=ema)
-    return teacher.eval(), result.diverged
+    return teacher.eval(), result
 
 
 def score_teacher(teacher: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
