@@ -21,6 +21,12 @@ backward). The load average is read before and after each record: a record whose
 load exceeded the thread count is marked ``loaded`` (other processes shared the cores, and
 the copy baseline suffers more than the kernels, so its ratios are not the kernel's).
 
+Clock: on the CPU with one thread (``--threads 1``) every variant runs on the calling
+thread, so each is timed in that thread's CPU time (:func:`time.thread_time`, page faults
+included): time the scheduler gives to other processes is not counted, and the ratios stay
+close to the idle machine's under load (other processes still share the memory bus). With
+more threads, or on CUDA, the wall clock.
+
 Allocation regimes: an op returns a fresh output. glibc serves blocks above its mmap
 ceiling (at most 32 MB) with fresh pages from the kernel, and faulting them in costs more
 than the arithmetic. :func:`fresh_output_regime` measures the default allocator (run it
@@ -51,6 +57,7 @@ __all__ = [
     "SHAPES",
     "SWEEP",
     "bench_op",
+    "clock",
     "fresh_output_regime",
     "keep_freed_memory",
     "load",
@@ -211,6 +218,14 @@ def _liger_op(op: str, d: int, device: str) -> Fn | None:
     return lambda x, w, b, r: m(x)
 
 
+def clock(device: str) -> Callable[[], float]:
+    """The timer: this thread's CPU time where every variant runs on it (CPU, one thread),
+    else the wall clock."""
+    if device == "cpu" and torch.get_num_threads() == 1:
+        return time.thread_time
+    return time.perf_counter
+
+
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -224,25 +239,26 @@ def median_times(
     Each function is called twice first (warm-up, compilation), then every round times
     each function for about ``min_time`` seconds, in a rotating order.
     """
+    now = clock(device)
     counts = {}
     for name, fn in fns.items():
         fn()
         _sync(device)
-        start = time.perf_counter()
+        start = now()
         fn()
         _sync(device)
-        counts[name] = max(1, int(min_time / max(time.perf_counter() - start, 1e-6)))
+        counts[name] = max(1, int(min_time / max(now() - start, 1e-6)))
     samples: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
     for rep in range(repeats):
         for name in names[rep % len(names) :] + names[: rep % len(names)]:
             fn, n = fns[name], counts[name]
             _sync(device)
-            start = time.perf_counter()
+            start = now()
             for _ in range(n):
                 fn()
             _sync(device)
-            samples[name].append((time.perf_counter() - start) / n)
+            samples[name].append((now() - start) / n)
     return samples
 
 
@@ -320,6 +336,7 @@ def bench_op(
         "speedup": {k: t / times["normlab"] for k, t in times.items() if k != "copy"},
         "bytes": moved,
         "load": [before, after],
+        "clock": clock(device).__name__,
         # the CPU's load slows a CPU measurement only
         "loaded": device == "cpu" and max(before, after) > torch.get_num_threads(),
     }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -187,7 +188,8 @@ def run_benchmarks(
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     title = (
         f"normlab bench ({name}, torch {torch.__version__}, {threads} threads, "
-        f"load {load['start'][0]:.2f} -> {load['end'][0]:.2f} on {os.cpu_count()} cores)"
+        f"load {load['start'][0]:.2f} -> {load['end'][0]:.2f} on {os.cpu_count()} cores"
+        f"{', thread CPU time' if B.clock(device) is time.thread_time else ''})"
     )
     R.print_results(records, fresh, targets, model_record, title, allow_load=allow_load,
                     threads=threads)  # fmt: skip
