@@ -62,12 +62,33 @@ def test_gap_effect_sign_and_divergence_as_an_outcome():
 
 
 def test_each_recipe_evaluates_with_its_training_range():
-    from normlab.claims.catalogue.ngpt_fp4 import _fp4_forward
+    from normlab.training.fp4_twins import fp4_forward_formats
 
-    config = CLAIM.config("quick")
-    ngpt = _fp4_forward(config, "ngpt")
+    amax = CLAIM.config("quick")["fp4_amax"]
+    ngpt = fp4_forward_formats(amax["ngpt"])
     assert ngpt["weights"].tensor_amax == ngpt["activations"].tensor_amax == 1.0
-    assert _fp4_forward(config, "tinygpt") == {}  # the measured per-tensor amax
+    assert fp4_forward_formats(amax["tinygpt"]) == {}  # the measured per-tensor amax
+
+
+def test_the_quick_lr_ladder_spans_both_optima_and_extends():
+    search = CLAIM.config("quick")["search"]
+    lrs = search["space"]["lr"]
+    assert min(lrs) <= 3e-3 and max(lrs) >= 3e-2 and len(lrs) >= 3  # pre-LN's and nGPT's
+    assert search["extend"] >= 2
+
+
+def test_the_premise_gates_the_primary():
+    from normlab.claims.rule import judge_claim
+
+    ms = [_m(3.0 + 0.001 * i) for i in range(5)]  # pre-LN loses 0.05, nGPT ~0
+    for i, m in enumerate(ms):
+        m["table"]["tinygpt-wide-fp4"]["bpb"] += 0.002 * i
+    assert judge_claim(CLAIM, ms, scale="quick").primary.verdict == "supported"
+    for i, m in enumerate(ms):  # NVFP4 costs pre-LN nothing: nothing to lose less of
+        m["table"]["tinygpt-wide-fp4"]["bpb"] = 3.0 + 0.001 * i
+    verdict = judge_claim(CLAIM, ms, scale="quick")
+    assert not next(p for p in verdict.premises if p.name == "nvfp4_hurts_baseline").held
+    assert verdict.primary.verdict == "untestable"
 
 
 def test_fixed_amax_changes_the_quantized_training():
