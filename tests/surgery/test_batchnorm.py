@@ -74,3 +74,12 @@ def test_empty_loader_raises_and_leaves_statistics():
     with pytest.raises(ValueError, match="empty"):
         recalibrate_bn(model, [])
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+
+
+def test_recalibration_footprint_group_and_batch():
+    from normlab.surgery.batchnorm import recalibration_footprint
+
+    gn = recalibration_footprint(bn_cnn(8, 2, norm="group", seed=0), _loader())
+    assert gn == {"modules": 0.0, "state_changed": 0.0, "weights_changed": 0.0, "gap": 0.0}
+    bn = recalibration_footprint(bn_cnn(8, 2, norm="batch", seed=0), _loader())
+    assert bn["modules"] > 0 and bn["state_changed"] == 1.0 and bn["weights_changed"] == 0.0

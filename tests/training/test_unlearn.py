@@ -57,3 +57,29 @@ def test_unknown_method_or_mode_is_refused():
         unlearn(model, "scrub", data, data, **args)
     with pytest.raises(ValueError, match="mode"):
         unlearn(model, "neggrad+", data, data, mode="frozen", **args)
+
+
+def test_recalibration_gap_row():
+    from normlab.data.images import forget_retain_split, load_digits_tensors
+    from normlab.training.unlearn import recalibration_gap
+
+    torch.manual_seed(0)
+    sets, loaders = forget_retain_split(
+        load_digits_tensors(0), 1, batch=64, attacker_images=10, generator=torch.Generator()
+    )
+    model = bn_cnn(8, 2, norm="batch", seed=0)
+    row, div = recalibration_gap(
+        model,
+        "grad-ascent",
+        "train",
+        sets,
+        loaders,
+        lr=1e-2,
+        batch=32,
+        stop_acc=0.05,
+        max_steps=5,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert div is None and row["unlearn_steps"] <= 5
+    assert row["recal_gap"] == row["forget_acc_recalibrated"] - row["forget_acc"]
+    assert 0 <= row["forget_acc_attacker"] <= 1 and row["bn_mean_shift"] > 0

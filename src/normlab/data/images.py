@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["ImageSplit", "load_digits_tensors"]
+__all__ = ["ImageSplit", "forget_retain_split", "load_digits_tensors"]
 
 
 class ImageSplit(NamedTuple):
@@ -96,3 +96,39 @@ def load_digits_tensors(seed: int = 0, *, test_fraction: float = 0.25) -> ImageS
     y = torch.from_numpy(labels.copy())
     mask = torch.from_numpy(test)
     return ImageSplit(x[~mask], y[~mask], x[mask], y[mask])
+
+
+def forget_retain_split(
+    data: ImageSplit, target: int, *, batch: int, attacker_images: int, generator: torch.Generator
+) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], dict[str, list[tuple[torch.Tensor]]]]:
+    """The class-unlearning split of the BatchNorm unlearning paper (``paper("bn-unlearning")``).
+
+    Returns ``(sets, loaders)``: ``sets["forget"]`` the training images of class ``target``,
+    ``sets["retain"]`` the other training images, ``sets["test"]`` the test images of the
+    other classes; ``loaders["retain"]`` the retain images in order, ``batch`` at a time
+    (unlabelled: one-tuples), and ``loaders["attacker"]`` one batch of ``attacker_images``
+    test images of any class drawn by ``generator`` (the paper's unlabelled attacker).
+
+    Examples:
+        >>> import torch
+        >>> split = load_digits_tensors(0)
+        >>> sets, loaders = forget_retain_split(
+        ...     split, 3, batch=64, attacker_images=10, generator=torch.Generator())
+        >>> bool((sets["forget"][1] == 3).all()), bool((sets["retain"][1] != 3).all())
+        (True, True)
+        >>> len(loaders["attacker"][0][0]), sum(len(b[0]) for b in loaders["retain"])
+        (10, 1210)
+    """
+    pick = torch.randperm(len(data.test_y), generator=generator)[:attacker_images]
+    is_forget, test_keep = data.train_y == target, data.test_y != target
+    sets = {
+        "forget": (data.train_x[is_forget], data.train_y[is_forget]),
+        "retain": (data.train_x[~is_forget], data.train_y[~is_forget]),
+        "test": (data.test_x[test_keep], data.test_y[test_keep]),
+    }
+    retain_x = sets["retain"][0]
+    loaders = {
+        "retain": [(retain_x[i : i + batch],) for i in range(0, len(retain_x), batch)],
+        "attacker": [(data.test_x[pick],)],
+    }
+    return sets, loaders

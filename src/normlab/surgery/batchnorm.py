@@ -24,7 +24,7 @@ from torch import nn
 
 from normlab._records import Record
 
-__all__ = ["BNRecalibration", "batchnorm_modules", "recalibrate_bn"]
+__all__ = ["BNRecalibration", "batchnorm_modules", "recalibrate_bn", "recalibration_footprint"]
 
 Metric = Callable[[nn.Module], float | Mapping[str, float]]
 
@@ -153,3 +153,37 @@ def recalibrate_bn(
     after = _measure(model, metric)
     names = tuple(n for n, _ in bns)
     return BNRecalibration(names, batches, samples, before, after, mean_shift, var_shift)
+
+
+def recalibration_footprint(
+    model: nn.Module, loader: Iterable[Any], *, metric: Metric | None = None
+) -> dict[str, float]:
+    """What one :func:`recalibrate_bn` pass changed in ``model`` (run in place).
+
+    Keys: ``modules`` (BatchNorm modules recalibrated), ``state_changed`` and
+    ``weights_changed`` (1.0 when any tensor of the state dict, or any parameter, differs
+    bit for bit afterwards) and ``gap`` (the largest ``|metric after - before|``; 0 without
+    a metric). The BatchNorm unlearning paper's operator is weight-preserving: a network
+    without running statistics (GroupNorm) must read 0 everywhere, a BatchNorm network must
+    keep every weight.
+
+    Examples:
+        >>> import torch
+        >>> from torch import nn
+        >>> net = nn.Sequential(nn.Linear(3, 4), nn.GroupNorm(2, 4))
+        >>> recalibration_footprint(net, [torch.randn(8, 3)])
+        {'modules': 0.0, 'state_changed': 0.0, 'weights_changed': 0.0, 'gap': 0.0}
+    """
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    weights = {k: v.clone() for k, v in model.named_parameters()}
+    record = recalibrate_bn(model, loader, metric=metric)
+    return {
+        "modules": float(len(record.modules)),
+        "state_changed": float(
+            any(not torch.equal(state[k], v) for k, v in model.state_dict().items())
+        ),
+        "weights_changed": float(
+            any(not torch.equal(weights[k], v) for k, v in model.named_parameters())
+        ),
+        "gap": max((abs(v) for v in record.gap.values()), default=0.0),
+    }

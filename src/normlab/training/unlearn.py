@@ -6,6 +6,11 @@ task survives. Both run through :func:`~normlab.training.fit.fit` until the mode
 on the forget set falls to a target. In train mode a BatchNorm network normalizes by batch
 statistics and keeps updating its running statistics, which is where the BatchNorm
 unlearning paper (``paper("bn-unlearning")``) finds forgotten information surviving.
+
+:func:`recalibration_gap` measures that paper's artifact: unlearn, then recompute the
+BatchNorm running statistics in one weight-free pass
+(:func:`~normlab.surgery.batchnorm.recalibrate_bn`) and read how much forget accuracy
+comes back.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normlab.surgery.batchnorm import recalibrate_bn
 from normlab.training.fit import Divergence, fit
 
-__all__ = ["UNLEARN_METHODS", "UNLEARN_MODES", "unlearn"]
+__all__ = ["UNLEARN_METHODS", "UNLEARN_MODES", "recalibration_gap", "unlearn"]
 
 #: Unlearning methods :func:`unlearn` offers.
 UNLEARN_METHODS = ("grad-ascent", "neggrad+")
@@ -119,3 +125,83 @@ def unlearn(
     )
     model.eval()
     return result.steps, result.diverged
+
+
+Pair = tuple[torch.Tensor, torch.Tensor]
+
+
+def recalibration_gap(
+    model: nn.Module,
+    method: str,
+    mode: str,
+    data: dict[str, Pair],
+    loaders: dict[str, list[tuple[torch.Tensor]]],
+    *,
+    lr: float,
+    batch: int,
+    stop_acc: float,
+    max_steps: int,
+    generator: torch.Generator,
+) -> tuple[dict[str, float], Divergence | None]:
+    """Unlearn ``data["forget"]`` from the trained ``model`` (in place, :func:`unlearn`), then
+    recalibrate its BatchNorm statistics over ``loaders["retain"]`` and, from the same
+    unlearned state, over ``loaders["attacker"]`` (a few unlabelled images).
+
+    Row: eval-mode forget accuracy trained (``forget_acc_trained``), right after unlearning
+    (``forget_acc``), after each recalibration (``forget_acc_recalibrated``,
+    ``forget_acc_attacker``), accuracy on ``data["test"]`` (the retained classes) before and
+    after, the running means' relative shift, the steps taken, ``recal_gap`` (recalibrated
+    minus unlearned forget accuracy: the artifact, provably due to the statistics since no
+    weight changes) and ``attacker_fraction`` (the attacker's rise over the full one, the
+    latter floored at 0.01). The model is left at the attacker's recalibration.
+
+    Examples:
+        >>> import torch
+        >>> from normlab.data.images import forget_retain_split, load_digits_tensors
+        >>> from normlab.models.bn_cnn import bn_cnn
+        >>> sets, loaders = forget_retain_split(load_digits_tensors(0), 1, batch=64,
+        ...     attacker_images=10, generator=torch.Generator().manual_seed(0))
+        >>> row, div = recalibration_gap(bn_cnn(8, 2, seed=0), "grad-ascent", "train", sets,
+        ...     loaders, lr=1e-2, batch=32, stop_acc=0.05, max_steps=3,
+        ...     generator=torch.Generator().manual_seed(0))
+        >>> div is None, row["recal_gap"] == row["forget_acc_recalibrated"] - row["forget_acc"]
+        (True, True)
+    """
+    forget = data["forget"]
+
+    def metric(m: nn.Module) -> dict[str, float]:
+        return {
+            "forget_acc": _accuracy(m, *forget),
+            "retain_test_acc": _accuracy(m, *data["test"]),
+        }
+
+    row = {"forget_acc_trained": _accuracy(model, *forget)}
+    steps, div = unlearn(
+        model,
+        method,
+        forget,
+        data["retain"],
+        lr=lr,
+        batch=batch,
+        stop_acc=stop_acc,
+        max_steps=max_steps,
+        generator=generator,
+        mode=mode,
+    )
+    unlearned = {k: v.clone() for k, v in model.state_dict().items()}
+    full = recalibrate_bn(model, loaders["retain"], metric=metric)
+    model.load_state_dict(unlearned)
+    attack = recalibrate_bn(model, loaders["attacker"], metric=metric)
+    row.update(
+        forget_acc=full.before["forget_acc"],
+        forget_acc_recalibrated=full.after["forget_acc"],
+        forget_acc_attacker=attack.after["forget_acc"],
+        retain_test_acc=full.before["retain_test_acc"],
+        retain_test_acc_recalibrated=full.after["retain_test_acc"],
+        bn_mean_shift=full.mean_shift,
+        unlearn_steps=float(steps),
+    )
+    row["recal_gap"] = row["forget_acc_recalibrated"] - row["forget_acc"]
+    attack_gap = row["forget_acc_attacker"] - row["forget_acc"]
+    row["attacker_fraction"] = attack_gap / max(row["recal_gap"], 0.01)
+    return row, div
