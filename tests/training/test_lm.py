@@ -59,6 +59,8 @@ def test_training_learns_and_is_cached(tmp_path, monkeypatch):
     model, log = train_lm(TINY, SHORT, seed=0)
     assert not model.training and len(log["val_bpb"]) == 1
     assert log["train_bpb"][-1] < 8.1  # below a uniform guess over 257 tokens
+    # every step's training bpb (the convergence curve); the 10-step log samples it
+    assert len(log["step_bpb"]) == SHORT.steps and log["step_bpb"][-1] == log["train_bpb"][-1]
     stored = list((tmp_path / "lm").glob("*.json"))
     assert len(stored) == 1 and json.loads(stored[0].read_text())["key"] == log["key"]
     again, log2 = train_lm(TINY, SHORT, seed=0)

@@ -249,6 +249,7 @@ def _train(
     generator = torch.Generator().manual_seed(seed)
     data = corpus("train")
     log: dict[str, Any] = {"step": [], "train_bpb": [], "eval_step": [], "val_bpb": []}
+    log["step_bpb"] = []  # every step's training bits per byte (the convergence curve)
 
     def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
         return sample_batch(data, tc.batch, model_config.context, generator, limit=tc.train_bytes)
@@ -260,6 +261,7 @@ def _train(
     def after_step(step: int, loss: torch.Tensor) -> None:
         model.after_step()
         done = step + 1
+        log["step_bpb"].append(loss.item() / _LN2)
         if done % 10 == 0 or done == tc.steps:
             log["step"].append(done)
             log["train_bpb"].append(loss.item() / _LN2)
@@ -302,7 +304,8 @@ def train_lm(
 
     Returns:
         The model (in eval mode) and its training log: ``step``/``train_bpb`` every 10
-        steps, ``eval_step``/``val_bpb``, ``seconds``, ``params``, ``key`` and
+        steps, ``step_bpb`` (the training bits per byte of every step, each on its own
+        batch), ``eval_step``/``val_bpb``, ``seconds``, ``params``, ``key`` and
         ``diverged`` (None, or ``{"step", "last"}`` when the loss turned non-finite: the run
         stopped there and the model holds its last weights; never an exception).
     """

@@ -34,22 +34,29 @@ def test_smoke_table(smoke_measurement):
     assert CLAIM.config("quick")["seeds"] >= 5
 
 
-def test_crossing_is_an_intersection_union_test():
+def _verdicts(ms: list) -> dict:
+    return {e.name: e.verdict for e in judge_claim(CLAIM, ms).effects}
+
+
+def test_the_trend_is_the_primary_and_the_crossing_an_intersection_union_test():
     pairs = [(0.9, 1.1), (0.89, 1.11), (0.9, 1.12), (0.91, 1.1)]
-    assert judge_claim(CLAIM, [_m(*p) for p in pairs]).verdict == "supported"
-    # DyT wins at both budgets: the large-budget part is contradicted (opposite direction)
-    both = [(0.9, 0.9), (0.89, 0.91), (0.9, 0.92), (0.91, 0.9)]
-    assert judge_claim(CLAIM, [_m(*p) for p in both]).verdict == "contradicted"
-    # DyT loses at both budgets
-    loses = [(1.1, 1.1), (1.09, 1.11), (1.1, 1.12), (1.11, 1.1)]
-    assert judge_claim(CLAIM, [_m(*p) for p in loses]).verdict == "contradicted"
+    v = _verdicts([_m(*p) for p in pairs])
+    assert v["regime_trend"] == v["crossing"] == "supported"
+    # DyT wins at both budgets, less at the large one: the trend holds, the crossing does not
+    both = [(0.9, 0.95), (0.89, 0.96), (0.9, 0.97), (0.91, 0.95)]
+    v = _verdicts([_m(*p) for p in both])
+    assert v["regime_trend"] == "supported" and v["crossing"] == "contradicted"
+    # DyT's relative loss does not worsen with data
+    flat = [(1.1, 1.1), (1.09, 1.09), (1.1, 1.1), (1.11, 1.1)]
+    assert _verdicts([_m(*p) for p in flat])["regime_trend"] == "contradicted"
 
 
-def test_saturation_gates_only_its_effect_and_the_premise_gates_all():
+def test_saturation_and_the_regime_gate_the_primary():
     pairs = [(0.9, 1.1), (0.89, 1.11), (0.9, 1.12), (0.91, 1.1)]
     unsaturated = judge_claim(CLAIM, [_m(*p, 0.0) for p in pairs])
-    assert unsaturated.verdict == "supported"
+    assert unsaturated.verdict == "untestable"  # the mechanism is absent
     effects = {e.name: e.verdict for e in unsaturated.effects}
-    assert effects["saturation_falls"] == "untestable"
+    assert effects["saturation_falls"] == effects["crossing"] == "untestable"
+    assert effects[f"crossing_lr{LRS[0]}"] == "supported"  # a fixed-lr reading, not gated
     no_regime = judge_claim(CLAIM, [_m(*p, ln_small=3.0 + 0.01 * i) for i, p in enumerate(pairs)])
     assert no_regime.verdict == "untestable"
