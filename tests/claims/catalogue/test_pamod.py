@@ -94,3 +94,29 @@ def test_an_arm_whose_every_run_diverged_is_recorded_and_counts_as_the_mean(monk
     primary = CLAIM.primary
     counted = primary.fn(with_divergence(m, primary.if_diverged))
     assert counted == pytest.approx(-math.log10(m["table"]["demand/revin-calendar"]["mse"]))
+
+
+def _seeds(calendar: float, late_share: float = 0.0, n: int = 6):
+    out = []
+    for i in range(n):
+        m = _table(0.8 + 0.01 * i, 1.0, 0.99)
+        m["table"]["demand/revin-calendar"]["mse"] = calendar
+        m["tuning"] = {"demand/pamod": {"late_share": late_share}}
+        out.append(m)
+    return out
+
+
+def test_the_calendar_premise_can_fail_and_then_the_primary_is_untestable():
+    from normlab.claims.rule import judge_claim
+
+    assert judge_claim(CLAIM, _seeds(0.95)).verdict == "supported"
+    verdict = judge_claim(CLAIM, _seeds(1.05))  # calendar features hurt RevIN: no usable cycle
+    premise = next(p for p in verdict.premises if p.name == "calendar_helps_revin")
+    assert not premise.held and verdict.verdict == "untestable"
+
+
+def test_an_under_trained_pamod_makes_the_primary_untestable():
+    from normlab.claims.rule import judge_claim
+
+    verdict = judge_claim(CLAIM, _seeds(0.95, late_share=0.3))
+    assert verdict.verdict == "untestable" and "under-trained" in verdict.reason
