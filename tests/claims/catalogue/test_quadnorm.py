@@ -144,3 +144,45 @@ def test_effects_take_both_signs_on_constructed_tables():
     good, bad = _table((0.05, 0.06), (0.08, 0.12)), _table((0.1, 0.2), (0.08, 0.1))
     for effect in (e for top in CLAIM.effects for e in top.parts or (top,)):
         assert effect.fn(good) < 0 < effect.fn(bad), effect.name
+
+
+def _seeds(growth: float, late_share: float = 0.0, n: int = 5):
+    """QuadNorm 10% better than both baselines at 129^2; InstanceNorm's error grows by
+    ``growth`` from 33^2 to 129^2; every arm's late share ``late_share``."""
+    out = []
+    for i in range(n):
+        base = 0.1 + 0.001 * i
+        rows = {name: {f"rel_err_{r}": base for r in (33, 65, 129)} for name in _BASELINES}
+        rows["instancenorm"]["rel_err_129"] = base * (1 + growth)
+        rows["quadnorm"] = {f"rel_err_{r}": 0.85 * base for r in (33, 65, 129)}
+        rows = {
+            k: {**v, "growth": v["rel_err_129"] / v["rel_err_33"] - 1} for k, v in rows.items()
+        }
+        tuning = {name: {"late_share": late_share} for name in rows}
+        out.append({"table": rows, "tuning": tuning})
+    return out
+
+
+_BASELINES = ("instancenorm", "layernorm")
+
+
+def test_the_degradation_premise_can_fail_and_then_the_primary_is_untestable():
+    from normlab.claims.core import CheckOutcome
+    from normlab.claims.rule import judge_claim
+
+    ok = {c.name: CheckOutcome(True, 0.0) for c in CLAIM.checks}
+
+    assert judge_claim(CLAIM, _seeds(0.2), ok).verdict == "supported"
+    verdict = judge_claim(CLAIM, _seeds(0.01), ok)  # InstanceNorm barely degrades
+    premise = next(p for p in verdict.premises if p.name == "baseline_degrades_across_resolution")
+    assert not premise.held and verdict.verdict == "untestable"
+
+
+def test_under_trained_arms_make_the_primary_untestable():
+    from normlab.claims.core import CheckOutcome
+    from normlab.claims.rule import judge_claim
+
+    ok = {c.name: CheckOutcome(True, 0.0) for c in CLAIM.checks}
+
+    verdict = judge_claim(CLAIM, _seeds(0.2, late_share=0.3), ok)
+    assert verdict.verdict == "untestable" and "under-trained" in verdict.reason
