@@ -80,3 +80,35 @@ def test_effects_take_both_signs_on_constructed_tables():
     assert [p.fn(good) for p in CLAIM.primary.parts] == pytest.approx([0.4, 0.7, 0.5])
     premise = CLAIM.premises[0]
     assert premise.fn(good) == pytest.approx(0.8) and premise.fn(bad) == pytest.approx(0.4)
+
+
+def _seeds(swish_d8: float, late_share: float = 0.0, n: int = 6):
+    out = []
+    for i in range(n):
+        m = _table(0.8 + 0.01 * i, 0.1, 0.3, 0.4)
+        m["table"]["swish-d8"]["test_acc"] = swish_d8
+        m["tuning"] = {"zc-swish-d16": {"late_share": late_share}}
+        out.append(m)
+    return out
+
+
+def test_the_collapse_premise_can_fail_and_then_the_primary_is_untestable():
+    from normlab.claims.core import CheckOutcome
+    from normlab.claims.rule import judge_claim
+
+    ok = {c.name: CheckOutcome(True, 0.0) for c in CLAIM.checks}
+
+    assert judge_claim(CLAIM, _seeds(0.9), ok).verdict == "supported"
+    verdict = judge_claim(CLAIM, _seeds(0.12), ok)  # swish no better at depth 8: no collapse
+    premise = next(p for p in verdict.premises if p.name == "swish_degrades_with_depth")
+    assert not premise.held and verdict.verdict == "untestable"
+
+
+def test_an_under_trained_zc_swish_makes_the_primary_untestable():
+    from normlab.claims.core import CheckOutcome
+    from normlab.claims.rule import judge_claim
+
+    ok = {c.name: CheckOutcome(True, 0.0) for c in CLAIM.checks}
+
+    verdict = judge_claim(CLAIM, _seeds(0.9, late_share=0.3), ok)
+    assert verdict.verdict == "untestable" and "under-trained" in verdict.reason

@@ -74,7 +74,8 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         div = fitted.fit.diverged
         val = math.inf if div is not None else 1.0 - accuracy(model, val_x, val_y)
         kept = (model, fitted.epoch_losses, drift_init)
-        return Trained(val, kept, None if div is None else div.record())
+        curve = fitted.fit.losses  # training loss per step, for the convergence premise
+        return Trained(val, kept, None if div is None else div.record(), curve)
 
     def test(arm: str, trained: Trained) -> dict[str, float]:
         model, losses, drift_init = trained.model
@@ -132,23 +133,20 @@ def _config(seeds, depths, width, epochs, train_size, lrs, extend=1, n_val=200):
     """A scale's config: full tunes every arm, others depth 16's and the premise's swish-d8."""
     deep = [f"{act}-d{d}" for d in depths for act in _METHODS] if len(depths) > 2 else None
     arms = deep or [*(f"{act}-d16" for act in _METHODS), "swish-d8"]
-    return {
-        "seeds": seeds,
-        "batch": 32,
-        "probe_images": 256,
-        "n_val": n_val,
-        "depths": depths,
-        "width": width,
-        "epochs": epochs,
-        "train_size": train_size,
-        "search": {"arms": arms, "space": {"lr": lrs}, "extend": extend},
-    }
+    net = {"batch": 32, "probe_images": 256, "n_val": n_val, "depths": depths, "width": width}
+    budget = {"epochs": epochs, "train_size": train_size}
+    search = {"arms": arms, "space": {"lr": lrs}, "extend": extend}
+    return {"seeds": seeds, **net, **budget, "search": search}
 
 
 CLAIM = register_claim(
     Claim(
         id="zc-swish",
         paper=paper("zc-swish"),
+        quote=(
+            "ZC-Swish maintains stable layer-wise activation dynamics and achieves the highest "
+            "test accuracy at depth 16 (51.5%) with seed 42."
+        ),
         hypothesis=(
             "In a BN-free CNN at depth 16, ZC-Swish beats Swish (with or without a learned beta) "
             "and ReLU in test accuracy, with activation means nearer zero than learned-beta Swish."
