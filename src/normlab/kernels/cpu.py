@@ -34,15 +34,38 @@ here). The remedy for a CPU process is an allocator setting, ``MALLOC_MMAP_MAX_=
 MALLOC_TRIM_THRESHOLD_=<large>`` (or ``LD_PRELOAD`` of jemalloc / tcmalloc); ``normlab
 bench`` shows both regimes.
 
-Measured (``normlab bench --threads 2``, medians of 7 interleaved repeats, 1-minute load
-1.1-1.8 on 2 cores, (8192, 1024) / (2048, 4096), fractions of the memory limit): RMSNorm
-forward fp32 1.00 / 0.98 and bf16 1.01 / 1.06, 4.0 / 3.7x and 5.3 / 3.0x ``F.rms_norm``;
-forward+backward fp32 0.82 / 1.06, bf16 1.12 (8192 x 1024). Ratios taken above a load of 2
-move with the other processes (the copy baseline suffers most), so the bench withholds them.
-Every OpenMP region waits at its barrier for a descheduled thread on a busy machine: the
-kernels open one region per pass and reduce small weight gradients on one thread.
+Outputs of at least half the last-level cache are written with streaming stores (no read
+for ownership; csrc/norms.cpp ``streams``): RMSNorm forward, 8192 x 1024 fp32, one thread,
+1.58 -> 1.46 ms against 1.69 ms for ``copy_`` (interleaved, min of 80, load 12.6).
 bfloat16 outputs are rounded with AVX512-BF16's ``vcvtneps2bf16`` where the CPU has it (a
 third of the scalar rounding's time).
+
+Measured. An earlier version of this paragraph gave RMSNorm forward at 1.00 / 0.98 of the
+memory limit (fp32) from a 2-thread run at load 1.1-1.8; a 2-thread run on an idle machine
+(load 0.15 -> 1.5) of the same forward code gave 0.71 / 0.66 (bf16 0.49 / 0.47). The kernels
+did not regress (the forward kernels and the bench were unchanged since; the kernels from
+before LayerNorm saved its mean, timed interleaved with these in one process, one thread,
+min of 60, load 6: RMSNorm 1.74 vs 1.64 ms, LayerNorm 1.82 vs 1.67 ms, ``copy_`` 1.53 ms at
+8192 x 1024 fp32): a 2-thread ratio taken while other processes hold the cores measures the
+scheduler (at load 19-26 the same bench printed 0.01 to 43x). With one thread ``normlab
+bench`` times in the thread's CPU time, which holds under load. ``normlab bench --threads 1``
+at load 24-27 (other processes on the memory bus; (8192, 1024) / (2048, 4096), fractions of
+the memory limit, then x ``F.rms_norm`` / ``F.layer_norm``):
+
+- RMSNorm fp32 forward 0.91 / 0.70, forward+backward 0.79 / 0.57 (3.1 / 2.8x and 5.4 / 4.0x
+  torch); bf16 forward 0.57 / 0.50, forward+backward 0.54 / 0.36 (7.8 / 7.6x torch).
+- LayerNorm fp32 forward 0.81 / 0.60 (1.02 / 1.15x torch), forward+backward 0.85 / 0.47
+  (1.12 / 0.99x torch); bf16 forward 0.46 / 0.28, forward+backward 0.42 / 0.29 (1.1-2.3x).
+- DyT fp32 forward 0.85 / 0.52, bf16 0.36 / 0.25; Softmax1 fp32 forward 0.79 / 0.65, bf16
+  0.27 / 0.29; add + RMSNorm fp32 forward+backward 0.86 / 0.71, bf16 0.57 / 0.44.
+
+Not reached, and why: rows of 4096 cost 1.3-2x more per element than rows of 1024 in every
+kernel, the single-pass DyT forward included (3.2 vs 1.6 ms for 8M fp32 on one thread;
+``copy_`` the same at both widths); shifting the buffers' alignment changed nothing, and
+column tiles that keep w and b in L1 made it slower (4.7 ms); the cause is open. bfloat16
+halves the bytes but not the arithmetic, so on one thread LayerNorm (three passes), DyT
+(tanh's division) and Softmax1 (exp) are compute-bound; fresh fp32 outputs under glibc's
+default allocator cost page faults (~0.1x copy, as ``x.clone()``).
 
 ``tanh`` in DyT's forward is Eigen's rational approximation (one division, no exp), which
 vectorises at the memory limit; ATen's ``Vectorized<float>::tanh`` (SLEEF, in torch's build)
