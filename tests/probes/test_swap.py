@@ -97,3 +97,23 @@ def test_mean_cost_averages_the_loss_increase_over_budgets():
 
     curve = PruneCurve(order=(0, 2), kl=(0.0, 0.1, 0.3), loss=(2.0, 2.5, 3.5))
     assert curve.mean_cost(1) == pytest.approx(0.5) and curve.mean_cost() == pytest.approx(1.0)
+
+
+def test_guided_pruning_rows_and_placebo():
+    import random
+
+    from normlab.probes.swap import guided_pruning
+
+    model = _model(n_layers=6)
+    x = torch.randint(0, 257, (2, 16))
+    rows, curves = guided_pruning(
+        model, {"a": [1, 3, 5], "b": [4, 0]}, x, x, random_orders=3, rng=random.Random(0)
+    )
+    assert rows["a"]["budget"] == rows["b"]["budget"] == rows["random"]["budget"] == 2.0
+    assert len(curves["a"]["loss"]) == 3 and len(curves["random"]) == 3  # budget 2: k = 0..2
+    loss = curves["a"]["loss"]
+    assert rows["a"]["removal_cost"] == pytest.approx((loss[1] + loss[2]) / 2 - loss[0])
+    assert rows["a"]["cost_remove_1"] == pytest.approx(loss[1] - loss[0])
+    placebo = [c["loss"] for c in curves["random"]]
+    mean = sum((c[1] + c[2]) / 2 - c[0] for c in placebo) / 3
+    assert rows["random"]["removal_cost"] == pytest.approx(mean)
