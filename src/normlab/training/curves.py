@@ -52,8 +52,9 @@ def accuracy_curves(
 
     Returns:
         ``"val"`` and ``"test"``: the accuracy after each completed epoch (up to where a
-        non-finite loss stopped training); ``"diverged"``: that
-        :class:`~normlab.training.fit.Divergence`, or None.
+        non-finite loss stopped training); ``"losses"``: the training cross-entropy of every
+        step (a convergence curve, :func:`~normlab.training.fit.late_share`);
+        ``"diverged"``: that :class:`~normlab.training.fit.Divergence`, or None.
     """
     batches = EpochBatches(len(train.y), batch, torch.Generator().manual_seed(seed))
     val_accs: list[float] = []
@@ -72,4 +73,9 @@ def accuracy_curves(
         torch.optim.Adam(model.parameters(), lr=lr),
         after_step=after_step,
     )
-    return {"val": val_accs, "test": test_accs, "diverged": result.diverged}
+    return {
+        "val": val_accs,
+        "test": test_accs,
+        "losses": result.losses,
+        "diverged": result.diverged,
+    }

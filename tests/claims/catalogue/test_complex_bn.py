@@ -101,3 +101,45 @@ def test_quick_training_means_converge_without_warnings():
         )
     assert all(math.isfinite(a) for a in curves["test"])
     assert curves["diverged"] is None and len(curves["val"]) == cfg["epochs"]
+
+
+def _seeds(no_bn: float, n: int = 6) -> list[dict]:
+    out = []
+    for k in range(n):
+        rows = {"bn": 0.85 + 0.01 * k, "no-bn": no_bn + 0.005 * k, "bn-dispersion": 0.86}
+        rows |= {"siegel-bn": 0.85 + 0.01 * k, "siegel-no-bn": 0.8}
+        out.append({"table": {a: {"mean_acc": v, "final_acc": v} for a, v in rows.items()}})
+    return out
+
+
+def test_the_premises_and_an_under_trained_arm_gate_the_primary():
+    from normlab.claims.core import CheckOutcome
+    from normlab.claims.rule import judge_claim
+
+    passed = {c.name: CheckOutcome(True, 0.0) for c in CLAIM.checks}
+    assert judge_claim(CLAIM, _seeds(0.7), passed).verdict == "supported"
+    for no_bn, name in ((0.97, "baseline_has_room"), (0.26, "baseline_learns")):
+        verdict = judge_claim(CLAIM, _seeds(no_bn), passed)
+        premise = next(p for p in verdict.premises if p.name == name)
+        assert not premise.held and verdict.verdict == "untestable", name
+    slow = _seeds(0.7)
+    for m in slow:
+        m["tuning"] = {"no-bn": {"late_share": 0.25}}
+    verdict = judge_claim(CLAIM, slow, passed)
+    assert not next(p for p in verdict.premises if p.name == "no-bn_converged").held
+    assert verdict.verdict == "untestable" and "under-trained" in verdict.effects[0].reason
+
+
+def test_accuracy_curves_give_the_training_losses():
+    from normlab.models.spd_net import clutter_covariances
+    from normlab.training.curves import accuracy_curves
+
+    gen = torch.Generator().manual_seed(0)
+    data = [
+        clutter_covariances(6, 4, rhos=(0.9, 0.5), freqs=(0.1, 0.2), snapshots=12, generator=gen)
+        for _ in range(3)
+    ]
+    torch.manual_seed(0)
+    out = accuracy_curves(SPDNet(4, 2, 2), *data, lr=3e-2, epochs=2, batch=6, seed=0)
+    assert len(out["losses"]) == 4 and len(out["val"]) == 2  # 12 matrices, batches of 6
+    assert all(math.isfinite(v) for v in out["losses"])
