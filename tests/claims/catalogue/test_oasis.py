@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 
 from normlab.claims import get_claim
-from normlab.claims.catalogue.oasis import BASELINE, SOFTMAX1, VARIANTS, _variant_config
+from normlab.claims.catalogue.oasis import ATTNRES as BASELINE
+from normlab.claims.catalogue.oasis import SOFTMAX1
 from normlab.claims.rule import judge_claim
+from normlab.training.oasis import VARIANTS, variant_config, variant_train_config
 
 CLAIM = get_claim("oasis")
 
@@ -28,7 +30,7 @@ def test_smoke_table(smoke_measurement):
 
 def test_variants():
     config = CLAIM.config("quick")
-    built = {name: _variant_config(name, config) for name in VARIANTS}
+    built = {name: variant_config(name, config) for name in VARIANTS}
     assert built["oasis"].residual == "oasis" and built["oasis"].score == "softmax1"
     assert built["oasis"].null_beta_init == config["beta_init"]
     assert built[SOFTMAX1].residual == "attnres" and built[SOFTMAX1].score == "softmax1"
@@ -58,24 +60,38 @@ def test_primary_sign_and_premises_gate_only_their_effects():
     intact = judge_claim(CLAIM, [_m(v, degradation=0.001) for v in values])
     effects = {e.name: e.verdict for e in intact.effects}
     assert intact.verdict == "supported" and effects["w8a8_smaller"] == "untestable"
+    still = [_m(v) for v in values]
+    for m in still:  # the coupling never moved: OASIS is AttnRes+Softmax1
+        m["table"]["oasis"]["beta"] = 0.01
+    assert judge_claim(CLAIM, still).verdict == "untestable"
+
+
+def test_the_primary_compares_oasis_with_its_softmax1_twin_only():
+    m = _m(10.0)
+    m["table"][BASELINE]["max_inf_norm"] = 100.0  # AttnRes (softmax) far worse: not the primary
+    assert CLAIM.primary.fn(m) == 0.0
+    vs_attnres = next(e for e in CLAIM.secondary if e.name == "inf_norm_lower_vs_attnres")
+    assert vs_attnres.fn(m) < -0.5
+    m = _m(10.0)
+    m["table"][SOFTMAX1]["max_inf_norm"] = 5.0  # OASIS worse than its twin: the other side
+    assert CLAIM.primary.fn(m) > 0
 
 
 def test_a_diverged_baseline_counts_as_exploded():
     from normlab.claims.rule import with_divergence
 
-    m = {**_m(9.0), "diverged": {BASELINE: {"step": 9, "last": 5.0}}}
+    m = {**_m(9.0), "diverged": {SOFTMAX1: {"step": 9, "last": 5.0}}}
     assert CLAIM.primary.fn(with_divergence(m, CLAIM.primary.if_diverged)) < -0.99
 
 
 def test_coupling_trains_at_its_own_rate():
-    from normlab.claims.catalogue.oasis import _train_config
     from normlab.models.gpt import TinyGPT
     from normlab.training.lm import _param_groups
 
     config = CLAIM.config("quick")
-    assert _train_config(config, BASELINE).lr_multipliers == ()
-    tc = _train_config(config, "oasis")
-    model = TinyGPT(_variant_config("oasis", CLAIM.config("smoke")))
+    assert variant_train_config(config, BASELINE).lr_multipliers == ()
+    tc = variant_train_config(config, "oasis")
+    model = TinyGPT(variant_config("oasis", CLAIM.config("smoke")))
     groups = _param_groups(model, tc.weight_decay, tc.lr_multipliers)
     scaled = [g for g in groups if g["lr_scale"] != 1.0]
     n_beta = sum(1 for n, _ in model.named_parameters() if n.endswith("beta_raw"))
@@ -103,4 +119,4 @@ def test_quick_trains_every_arm_its_measured_effects_name():
         for effect in CLAIM.effects:
             if measured_at(effect, scale):
                 assert {effect.method, effect.baseline} <= variants, (scale, effect.name)
-    assert SOFTMAX1 not in CLAIM.config("quick")["variants"]  # its comparisons are full-only
+    assert CLAIM.primary.baseline == SOFTMAX1 in CLAIM.config("quick")["variants"]
