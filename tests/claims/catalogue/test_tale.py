@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 from normlab.claims.catalogue.tale import CLAIM
+from normlab.claims.core import CheckOutcome
+from normlab.claims.rule import judge_claim
 
 
 def test_smoke_run_has_tale_and_random_arms(smoke_measurement):
@@ -26,21 +28,21 @@ def test_smoke_run_has_tale_and_random_arms(smoke_measurement):
     assert m["table"]["tale-ood"]["profile_gap"] > 0
 
 
-def _table(ood_gain, id_gain, random_gain, realign):
-    def row(gain, gap_after):
+def _table(ood_gain, id_gain, random_gain, realign, late=0.01, ood_mse=100.0, gap=0.5):
+    def row(gain, gap_after, mse=1.0):
         return {
             "log10_gain": gain,
-            "profile_gap": 0.5,
+            "profile_gap": gap,
             "profile_gap_pruned": gap_after,
-            "test_mse": 1.0,
-            "test_mse_pruned": 10**-gain,
+            "test_mse": mse,
+            "test_mse_pruned": mse * 10**-gain,
         }
 
     return {
         "table": {
-            "full-ood": {"test_mse_pruned": 1.0},
-            "full-id": {"test_mse_pruned": 1.0},
-            "tale-ood": row(ood_gain, 0.5 - realign),
+            "full-ood": {"test_mse_pruned": ood_mse},
+            "full-id": {"test_mse_pruned": 1.0, "late_share": late},
+            "tale-ood": row(ood_gain, gap - realign, ood_mse),
             "tale-id": row(id_gain, 0.5),
             "random-ood": row(random_gain, 0.5),
             "random-id": row(0.0, 0.5),
@@ -53,3 +55,23 @@ def test_effects_take_both_signs_on_constructed_tables():
     for effect in CLAIM.effects:
         assert effect.fn(good) * effect.fn(bad) < 0, effect.name
     assert CLAIM.primary.fn(good) > CLAIM.primary.margin.value
+
+
+def test_primary_is_ood_gain_minus_id_gain():
+    assert abs(CLAIM.primary.fn(_table(0.3, 0.1, 0.0, 0.0)) - 0.2) < 1e-12
+    assert CLAIM.primary.fn(_table(0.3, 0.3, 0.0, 0.0)) == 0.0  # helps both: no claim
+
+
+def test_premises_can_fail():
+    checks = {c.name: CheckOutcome(True, 0.0, "") for c in CLAIM.checks}
+
+    def judge(**kw):
+        return judge_claim(
+            CLAIM, [_table(0.2 + 0.01 * i, 0.0, 0.0, 0.1, **kw) for i in range(8)], checks
+        )
+
+    assert judge().verdict == "supported"
+    assert judge(late=0.3).verdict == "untestable"  # the network was still learning
+    assert judge(ood_mse=1.5).verdict == "untestable"  # the shift does not hurt
+    realign = next(e for e in judge(gap=0.01).effects if e.name == "geometry_realigns")
+    assert realign.verdict == "untestable"  # no distortion to repair

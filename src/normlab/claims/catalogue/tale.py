@@ -1,24 +1,15 @@
 """Claim "tale": task-aware layer pruning helps out-of-distribution inputs, not in-distribution.
 
-The seed shows on controlled polynomial regression (and LLMs) that TALE-style greedy layer
-pruning gives no benefit on in-distribution (ID) data but improves out-of-distribution
-(OOD) accuracy, and explains it geometrically: OOD inputs distort the layerwise norm and
-pairwise-distance profiles, and pruning moves them back toward the ID ones.
-
-Here a pre-LN residual MLP (:mod:`normlab.models.regression`) fits a random degree-5
-polynomial on ``x in [-1, 1]``; OOD inputs have ``|x| in [1, 1.3]``. TALE's
-greedy path (:func:`~normlab.probes.geometry.tale_prune`, score ``-log10`` validation MSE)
-is taken up to ``max_remove`` removals, once with an ID validation set and once with an OOD
-one, and each arm keeps the point of its path (``k`` in ``{0, ..., max_remove}``, 0 = the
-full model) with the best validation score, as the paper's procedure selects on
-validation; so the ID arm can show a benefit, or none (k = 0). Control: the same number of
-layers removed at random. Each pruned model is evaluated on a disjoint test set of the same
-distribution; the rows ``full-id`` / ``full-ood`` hold the unpruned model's test MSE.
-Geometry: the whole layerwise norm and pairwise-distance profiles of OOD inputs against ID
-inputs through the same network (mean relative deviation over layers), for the full and the
-pruned network. Premises: the shift hurts the full model (OOD MSE >= 3x ID), and distorts
-its profiles. One network is trained per seed at a fixed lr (the arms are pruning choices
-on it), so nothing is tuned but the pruning itself.
+A pre-LN residual MLP fits a random polynomial on ``[-1, 1]``; OOD inputs have ``|x| in [1,
+1.3]`` (:mod:`normlab.training.tale`). TALE's greedy path (up to ``max_remove`` removals) and
+the control (as many random removal sets as the path scored) each keep their best point on
+an ID or an OOD validation set (the full model included), and are tested on disjoint data.
+Primary: the abstract's "helps OOD, not ID" as one number, the OOD gain minus the ID gain
+(log10 test MSE, full over pruned). Geometry: the layerwise norm and pairwise-distance
+profiles of OOD against ID inputs (mean relative deviation), full and pruned. Premises: the
+shift hurts the full model (OOD MSE >= 3x ID), distorts its profiles, and the network's
+training loss converged (late share below ``rule.CONVERGED``). One network is trained per
+seed at a fixed lr; the arms are pruning choices on it, each selected on validation.
 """
 
 from __future__ import annotations
@@ -27,93 +18,20 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-import torch.nn.functional as F
-
 from normlab.claims.common import seed_everything
 from normlab.claims.core import Claim, Effect, FreeSetting, Margin, Premise, cell, register_claim
+from normlab.claims.rule import CONVERGED
 from normlab.models.regression import ResidualMLP, polynomial_task
 from normlab.papers import paper
-from normlab.probes.geometry import GeometryProfile, distortion, layer_profile, tale_prune
-from normlab.training.fit import Divergence, fit
+from normlab.training import tale as prune
+from normlab.training.fit import late_share
 
-__all__ = ["CLAIM"]
-
-
-@torch.no_grad()
-def _mse(model: ResidualMLP, x: torch.Tensor, y: torch.Tensor, layers: Sequence[int]) -> float:
-    return float(F.mse_loss(model(x, layers=list(layers)), y))
-
-
-def _train(
-    model: ResidualMLP,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    config: Mapping[str, Any],
-    generator: torch.Generator,
-) -> Divergence | None:
-    result = fit(
-        model,
-        lambda m, i: F.mse_loss(m(x[i]), y[i]),
-        lambda step: torch.randint(0, len(x), (config["batch"],), generator=generator),
-        config["steps"],
-        torch.optim.Adam(model.parameters(), lr=config["lr"]),
-    )
-    model.eval()
-    return result.diverged
-
-
-def _profile_gap(id_profile: GeometryProfile, ood_profile: GeometryProfile) -> float:
-    """Mean over layers and over the two profiles of ``|P_OOD - P_ID| / P_ID``."""
-    gaps = distortion(id_profile, ood_profile)
-    values = gaps["norms"] + gaps["distances"]
-    return float(sum(values) / len(values))
-
-
-def _greedy(
-    model: ResidualMLP, x: torch.Tensor, y: torch.Tensor, depth: int, remove: int
-) -> tuple[list[int], dict[str, Any]]:
-    """TALE's greedy path (score ``-log10 MSE`` on ``(x, y)``) taken for up to ``remove``
-    steps; the kept layers of its best-scoring point (the full model included)."""
-    result = tale_prune(
-        lambda kept: -math.log10(_mse(model, x, y, kept)),
-        depth,
-        tolerance=math.inf,
-        min_layers=depth - remove,
-    )
-    return list(result.best_kept), result.to_dict()
-
-
-@torch.no_grad()
-def _arm(
-    model: ResidualMLP,
-    kept: Sequence[int],
-    data: Mapping[tuple[str, str], tuple[torch.Tensor, torch.Tensor]],
-    dist: str,
-    full: Sequence[int],
-) -> dict[str, float]:
-    xt, yt = data[dist, "test"]
-    xi = data["id", "test"][0]
-    before, after = _mse(model, xt, yt, full), _mse(model, xt, yt, kept)
-    profile = {
-        layers: (
-            layer_profile(model.hidden_states(xi, layers=list(layers))),
-            layer_profile(model.hidden_states(xt, layers=list(layers))),
-        )
-        for layers in (tuple(full), tuple(kept))
-    }
-    return {
-        "test_mse": before,
-        "test_mse_pruned": after,
-        "log10_gain": math.log10(before / after),
-        "profile_gap": _profile_gap(*profile[tuple(full)]),
-        "profile_gap_pruned": _profile_gap(*profile[tuple(kept)]),
-    }
+__all__ = ["CLAIM", "run"]
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """TALE (ID and OOD validation) and random removal of the same number of layers: test
-    MSE before/after and the OOD-vs-ID profile gap before/after."""
+    """TALE and validation-selected random removal, each with ID and OOD validation data:
+    test MSE before/after and the OOD-vs-ID profile gap before/after."""
     generator = seed_everything(seed)
     task = polynomial_task(
         seed, in_features=1, degree=config["degree"], ood_range=tuple(config["ood_range"])
@@ -121,40 +39,28 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     depth, remove = config["depth"], config["max_remove"]
     model = ResidualMLP(1, config["width"], depth)
     x, y = task.sample(config["train"], generator)
-    div = _train(model, x, y, config, generator)
-    n, full = config["eval"], list(range(depth))
+    kw = {k: config[k] for k in ("steps", "batch", "lr")}
+    fitted = prune.fit_regressor(model, x, y, generator=generator, **kw)
     data = {
-        (dist, part): task.sample(n, generator, ood=dist == "ood")
+        (dist, part): task.sample(config["eval"], generator, ood=dist == "ood")
         for dist in ("id", "ood")
         for part in ("val", "test")
     }
     table: dict[str, dict[str, float]] = {}
-    curves: dict[str, Any] = {}
+    kept, paths = {}, {}
     for dist in ("id", "ood"):
-        kept, path = _greedy(model, *data[dist, "val"], depth, remove)
-        row = _arm(model, kept, data, dist, full)
-        table[f"tale-{dist}"] = {**row, "removed": float(depth - len(kept))}
+        kept[dist], paths[dist] = prune.greedy_prune(model, *data[dist, "val"], remove)
+        table[f"tale-{dist}"] = row = prune.pruned_row(model, kept[dist], data, dist)
         table[f"full-{dist}"] = {"test_mse_pruned": row["test_mse"]}
-        rows = []
-        removed = depth - len(kept)
-        for _ in range(config["random_draws"]):
-            drop = set(torch.randperm(depth, generator=generator)[:removed].tolist())
-            rows.append(_arm(model, [i for i in full if i not in drop], data, dist, full))
-        table[f"random-{dist}"] = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
-        with torch.no_grad():
-            curves[dist] = {
-                "tale": path,
-                "profile": layer_profile(model.hidden_states(data[dist, "test"][0])).to_dict(),
-                "profile_pruned": layer_profile(
-                    model.hidden_states(data[dist, "test"][0], layers=kept)
-                ).to_dict(),
-            }
-    with torch.no_grad():
-        curves["id_profile_ood_pruned"] = layer_profile(
-            model.hidden_states(data["id", "test"][0], layers=curves["ood"]["tale"]["best_kept"])
-        ).to_dict()
+        n = paths[dist]["evaluations"] - 1  # TALE's candidates, the full model aside
+        draws = config["random_draws"]
+        table[f"random-{dist}"] = prune.random_row(model, data, dist, remove, n, draws, generator)
+    table["full-id"]["late_share"] = late_share(fitted.losses)
+    curves = prune.profile_curves(model, data, kept)
+    for dist in paths:
+        curves[dist]["tale"] = paths[dist]
     # every arm is a pruning of the one trained network: if it diverged, so did they all
-    diverged = {} if div is None else {arm: div.record() for arm in table}
+    diverged = {arm: fitted.diverged.record() for arm in table if fitted.diverged}
     return {"table": table, "curves": curves, "diverged": diverged}
 
 
@@ -163,15 +69,12 @@ def _figure(measurements: Sequence[dict[str, Any]]):
 
     m = measurements[0]["curves"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
-    for ax, key, label in (
-        (ax1, "norms", "mean norm"),
-        (ax2, "distances", "mean pairwise distance"),
-    ):
+    for ax, key, label in ((ax1, "norms", "norm"), (ax2, "distances", "pairwise distance")):
         ax.plot(m["id"]["profile"][key], "k-", label="ID, full")
         ax.plot(m["ood"]["profile"][key], "C3--", label="OOD, full")
         ax.plot(m["id_profile_ood_pruned"][key], "k:", label="ID, OOD-TALE-pruned")
         ax.plot(m["ood"]["profile_pruned"][key], "C2-", label="OOD, OOD-TALE-pruned")
-        ax.set(xlabel="residual state (0 = embedding)", ylabel=label, yscale="log")
+        ax.set(xlabel="residual state (0 = embedding)", ylabel=f"mean {label}", yscale="log")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -179,18 +82,12 @@ def _figure(measurements: Sequence[dict[str, Any]]):
 
 
 _COMMON = {"degree": 5, "ood_range": [1.0, 1.3], "lr": 1e-3, "batch": 128}
+_SIZES = ("seeds", "width", "depth", "max_remove", "steps", "train", "eval", "random_draws")
 
 
-def _gain(m: Mapping[str, Any], arm: str) -> float:
-    return cell(m, arm, "log10_gain")
-
-
-def _pruning_gain(dist: str) -> Any:
-    def fn(m: Mapping[str, Any]) -> float:
-        full = cell(m, f"full-{dist}", "test_mse_pruned")
-        return math.log10(full / cell(m, f"tale-{dist}", "test_mse_pruned"))
-
-    return fn
+def _pruning_gain(m: Mapping[str, Any], dist: str) -> float:
+    full, tale = (cell(m, f"{arm}-{dist}", "test_mse_pruned") for arm in ("full", "tale"))
+    return math.log10(full / tale)
 
 
 def _realign(m: Mapping[str, Any], arm: str) -> float:
@@ -202,6 +99,13 @@ _GAIN = Margin(
     "normlab's choice: log10 0.02 is a 5% change in test MSE, below which "
     "a pruning benefit is not worth a claim",
 )
+_REALIGN = Margin(0.02, "normlab's choice: a 2-point drop of the mean relative profile deviation")
+
+
+def _kw(direction: str, method: str, baseline: str) -> dict[str, Any]:
+    kw = {"direction": direction, "margin": _GAIN, "unit": "log10 MSE"}
+    return kw | {"method": method, "baseline": baseline}
+
 
 CLAIM = register_claim(
     Claim(
@@ -212,38 +116,34 @@ CLAIM = register_claim(
             "and moves OOD representation geometry toward the ID geometry."
         ),
         primary=Effect(
-            "ood_improves",
-            "log10(OOD test MSE of the full model / after TALE removes k layers chosen on "
-            "OOD validation data)",
-            _pruning_gain("ood"),
-            direction="greater",
-            margin=_GAIN,
-            baseline="full-ood",
-            method="tale-ood",
-            unit="log10 MSE",
+            "ood_not_id",
+            "log10 test-MSE gain of TALE (full over pruned, k chosen on validation data of "
+            "the same distribution) on OOD data minus on ID data",
+            lambda m: _pruning_gain(m, "ood") - _pruning_gain(m, "id"),
+            **_kw("greater", "tale-ood", "tale-id"),
+            exchangeable=(("tale-ood", "full-ood"), ("tale-id", "full-id")),
         ),
         secondary=(
             Effect(
+                "ood_improves",
+                "log10(OOD test MSE of the full model / after TALE removes k layers chosen on "
+                "OOD validation data)",
+                lambda m: _pruning_gain(m, "ood"),
+                **_kw("greater", "tale-ood", "full-ood"),
+            ),
+            Effect(
                 "ood_beats_random_removal",
-                "log10 OOD test-MSE gain of TALE minus of removing k random layers (mean of "
-                "random draws)",
-                lambda m: _gain(m, "tale-ood") - _gain(m, "random-ood"),
-                direction="greater",
-                margin=_GAIN,
-                baseline="random-ood",
-                method="tale-ood",
-                unit="log10 MSE",
+                "log10 OOD test-MSE gain of TALE minus of validation-selected random removal "
+                "(mean of draws)",
+                lambda m: cell(m, "tale-ood", "log10_gain") - cell(m, "random-ood", "log10_gain"),
+                **_kw("greater", "tale-ood", "random-ood"),
             ),
             Effect(
                 "id_no_benefit",
                 "log10(ID test MSE of the full model / after TALE removes k layers chosen "
                 "on ID validation data)",
-                _pruning_gain("id"),
-                direction="no_greater",
-                margin=_GAIN,
-                baseline="full-id",
-                method="tale-id",
-                unit="log10 MSE",
+                lambda m: _pruning_gain(m, "id"),
+                **_kw("no_greater", "tale-id", "full-id"),
             ),
             Effect(
                 "geometry_realigns",
@@ -251,22 +151,28 @@ CLAIM = register_claim(
                 "deviation over layers), full model minus TALE-pruned (OOD validation)",
                 lambda m: _realign(m, "tale-ood"),
                 direction="greater",
-                margin=Margin(
-                    0.02, "normlab's choice: a 2-point drop of the mean relative profile deviation"
-                ),
+                margin=_REALIGN,
                 method="tale-ood",
             ),
             Effect(
                 "geometry_beats_random_removal",
-                "profile-gap reduction of TALE minus of random removal of k layers",
+                "profile-gap reduction of TALE minus of validation-selected random removal",
                 lambda m: _realign(m, "tale-ood") - _realign(m, "random-ood"),
                 direction="greater",
-                margin=Margin(0.02, "normlab's choice: as above"),
+                margin=_REALIGN,
                 baseline="random-ood",
                 method="tale-ood",
             ),
         ),
         premises=(
+            Premise(
+                "network_converged",
+                "share of the trained network's training-loss improvement made in its last "
+                "quarter (normlab.training.fit.late_share)",
+                lambda m: cell(m, "full-id", "late_share"),
+                direction="no_greater",
+                margin=CONVERGED,
+            ),
             Premise(
                 "ood_is_harder",
                 "log10(OOD / ID test MSE) of the full model",
@@ -279,7 +185,7 @@ CLAIM = register_claim(
                     "normlab's choice: the shift must hurt (3x MSE) for pruning to have "
                     "something to repair",
                 ),
-                gates=("ood_improves", "ood_beats_random_removal"),
+                gates=("ood_not_id", "ood_improves", "ood_beats_random_removal"),
             ),
             Premise(
                 "ood_is_distorted",
@@ -307,57 +213,31 @@ CLAIM = register_claim(
             FreeSetting.scaled("eval", "normlab's choice: validation and test points"),
             FreeSetting.scaled("random_draws", "normlab's choice: the random control's draws"),
         ),
-        # max_remove 1 and lr 3e-4 each turned the quick verdict inconclusive; the path's
-        # length bounds the OOD arm's choice directly (k in {0, 1})
+        # the path's length bounds the OOD arm's choice directly (k in {0, ..., max_remove})
         decisive="max_remove",
         untuned="one network is trained per seed at a fixed lr (a free setting); the arms are "
         "pruning choices on it, each selected on its own validation set",
+        quote="such pruning yields no benefit on in-distribution (ID) data but consistently "
+        "improves out-of-distribution (OOD) accuracy",
         headline="Polynomial regression and LLMs: task-aware pruning yields no ID benefit and "
         "consistently improves OOD accuracy (no number in the abstract).",
         setup=(
             "Pre-LN residual MLP (width 32, 16 blocks) fit to a random degree-5 polynomial on "
             "[-1, 1]; OOD x in [1, 1.3]; TALE's greedy path (score -log10 validation MSE) "
             "up to 2 removals with ID or OOD validation data, k in {0, 1, 2} chosen on that "
-            "validation set; the same number of random layers removed as the control; "
-            "disjoint test sets; 400 Adam steps of batch 128 and 14 seeds at quick."
+            "validation set; control: as many random removal sets as TALE scored, selected on "
+            "the same validation set; disjoint test sets; 400 Adam steps of batch 128, 14 seeds."
         ),
         scale_note="the path's best validation point up to max_remove removals instead of "
-        "TALE's tolerance stop; no LLM experiment; quick trains 400 steps on 14 seeds "
-        "(budget; previously 600 on 20).",
+        "TALE's tolerance stop; no LLM experiment.",
+        # seeds >= 12 at quick: the per-seed gains are bimodal (k = 0 or not)
         configs={
-            "smoke": {
-                "seeds": 1,
-                **_COMMON,
-                "width": 16,
-                "depth": 4,
-                "max_remove": 1,
-                "steps": 40,
-                "train": 512,
-                "eval": 64,
-                "random_draws": 2,
-            },
-            "quick": {
-                "seeds": 14,  # >= 12: the per-seed gains are bimodal (k = 0 or not)
-                **_COMMON,
-                "width": 32,
-                "depth": 16,
-                "max_remove": 2,
-                "steps": 400,
-                "train": 4096,
-                "eval": 256,
-                "random_draws": 8,
-            },
-            "full": {
-                "seeds": 10,
-                **_COMMON,
-                "width": 64,
-                "depth": 24,
-                "max_remove": 6,
-                "steps": 3000,
-                "train": 16384,
-                "eval": 1024,
-                "random_draws": 32,
-            },
+            scale: {**_COMMON, **dict(zip(_SIZES, values, strict=True))}
+            for scale, values in (
+                ("smoke", (1, 16, 4, 1, 40, 512, 64, 2)),
+                ("quick", (14, 32, 16, 2, 400, 4096, 256, 8)),
+                ("full", (10, 64, 24, 6, 3000, 16384, 1024, 32)),
+            )
         },
         run=run,
         figure=_figure,
