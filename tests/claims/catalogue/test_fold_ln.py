@@ -93,3 +93,18 @@ def test_a_small_norm_share_makes_the_timing_untestable():
     verdict = judge_claim(CLAIM, ms)
     assert not next(p for p in verdict.premises if p.name == "norms_share_visible").held
     assert verdict.primary.verdict == "untestable"
+
+
+def test_an_inexact_timed_fold_and_failed_checks(monkeypatch):
+    from normlab.claims.catalogue import fold_ln
+
+    ms = [_measured(9.0 + 0.01 * i, 0.5) for i in range(7)]
+    for i, m in enumerate(ms):
+        m["table"]["fold"]["max_abs_change"] = 1e-3 + 1e-5 * i
+    verdict = judge_claim(CLAIM, ms)
+    assert not next(p for p in verdict.premises if p.name == "timed_fold_exact").held
+    rows = {"gpt2": {"layernorms": 5, "foldable": 4, "match": 0.0, "max_abs_change": 1e-3}}
+    monkeypatch.setattr(fold_ln, "fold_zoo", lambda archs: rows)
+    checks = {c.name: c for c in CLAIM.checks}
+    assert not checks["detection_matches_rule"].fn({"archs": ["gpt2"]}).passed
+    assert not checks["fold_exact"].fn({"archs": ["gpt2"]}).passed

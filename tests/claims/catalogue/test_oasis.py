@@ -120,3 +120,13 @@ def test_quick_trains_every_arm_its_measured_effects_name():
             if measured_at(effect, scale):
                 assert {effect.method, effect.baseline} <= variants, (scale, effect.name)
     assert CLAIM.primary.baseline == SOFTMAX1 in CLAIM.config("quick")["variants"]
+
+
+def test_no_sinks_gates_the_sink_effect():
+    values = (8.0, 8.1, 8.2, 8.1)
+    ms = [_m(v) for v in values]
+    for i, m in enumerate(ms):
+        m["table"][BASELINE]["sink_score"] = 0.1 + 0.01 * i
+    verdict = judge_claim(CLAIM, ms)
+    assert not next(p for p in verdict.premises if p.name == "sinks_present").held
+    assert {e.name: e.verdict for e in verdict.effects}["sink_lower"] == "untestable"
