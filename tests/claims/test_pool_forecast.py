@@ -8,6 +8,7 @@ import pytest
 
 from normlab.claims.pool import forecast_arms, pool, pooled_record
 from normlab.data.series import named_series, split_windows
+from normlab.training.fit import late_share
 from normlab.training.forecast import ForecastTrainConfig, build_forecaster, train_forecaster
 
 
@@ -40,4 +41,8 @@ def test_forecast_arms_runs_the_engine_with_the_validation_curve():
     assert set(row) >= {"mse", "mae", "best_is_last", "epochs", "lr"} and row["epochs"] == 9
     assert record["reference"] > 0 and "late_share" in record
     assert set(kept) == {"s/revin"}
+    # the curve is the best validation MSE so far: an early-stopped run ends flat
+    vals = [h["val"] for h in kept["s/revin"][1].history]
+    best = [min(vals[: i + 1]) for i in range(len(vals))]
+    assert record["late_share"] == pytest.approx(late_share(best))
     assert pool({"c": m})["tuning"]["s/revin"]["late_share"] == pytest.approx(record["late_share"])

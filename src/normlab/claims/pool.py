@@ -13,6 +13,7 @@ forecasters (:mod:`normlab.training.forecast`) at one configuration.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -43,8 +44,11 @@ def forecast_arms(
     Arms are named ``"<row>/<method>"``; ``train(method, lr, seed)`` builds and trains one
     forecaster with early stopping on validation MSE (its ``"lr"`` is the config search's
     only axis) and returns ``(model, TrainResult, extra)``. The engine reads the best
-    validation MSE, the divergence and, for the convergence premise, the validation MSE per
-    epoch as the run's curve; each arm's trivial reference is forecasting the training mean
+    validation MSE, the divergence and, for the convergence premise, the best validation MSE
+    so far at each epoch as the run's curve (the score of the model early stopping would
+    return there: a run stopped by its patience ends flat, one still improving does not;
+    the raw per-epoch score of an early-stopped run rises after its best epoch, which makes
+    its late share noise); each arm's trivial reference is forecasting the training mean
     (0 on the standardized scale) on the ``config["val_windows"]`` validation windows. Each
     chosen arm's row is its test MSE and MAE on ``config["test_windows"]`` windows,
     ``best_is_last`` (1 when the best validation epoch was the last: early stopping found
@@ -54,7 +58,7 @@ def forecast_arms(
 
     def fit(arm: str, params: dict[str, Any], s: int) -> Trained:
         out = train(arm.split("/", 1)[1], float(params["lr"]), s)
-        curve = [h["val"] for h in out[1].history]
+        curve = list(itertools.accumulate((h["val"] for h in out[1].history), min))
         return Trained(out[1].val_mse, out, out[1].diverged, curve)
 
     def test(arm: str, t: Trained) -> dict[str, float]:
