@@ -229,8 +229,10 @@ CLAIM = register_claim(
             "per-channel beta) at depths 8 and 16 (full: also 32)."
         ),
         scale_note=(
-            "8x8 digits, not the paper's images; quick: depths 8 and 16, 3 epochs of 512 images, "
-            "two lr values; full: depth 32 too, every image, 30 epochs, three lr values."
+            "8x8 digits, not the paper's images; quick: depths 8 and 16, 3 epochs of 512 images "
+            "(48 steps), two lr values: the depth-16 baselines are still learning (late share "
+            "0.4-0.8; 0.1-0.35 at 6 epochs), so the convergence premise reads them "
+            "under-trained; full: depth 32 too, every image, 30 epochs, three lr values."
         ),
         configs={
             "smoke": _config(1, [8, 16], 4, 1, 128, [3e-3], extend=0, n_val=100),
