@@ -238,7 +238,8 @@ CLAIM = register_claim(
         configs={
             "smoke": {**_BASE, "seeds": 1, "epochs": 1, "train_per_class": 15, **_SMOKE},
             # 20 epochs, not 10: at 10 most arms' training loss still fell by > 10% of its
-            # whole drop in the last quarter (late share 0.1-0.33), under-trained
+            # whole drop in the last quarter (late share 0.1-0.33); at 20 bn 0.03, no-bn 0.08,
+            # but over 6 seeds their intervals still cross 0.1 (underpowered: 110 CPU-s)
             "quick": {**_BASE, "seeds": 6, "epochs": 20, "train_per_class": 60},
             "full": {**_BASE, "seeds": 10, "epochs": 40, "train_per_class": 200},
         },
