@@ -23,6 +23,10 @@ from normlab.cli import main
         ),
         (["forecaster", "--data", "TEXT"], "text"),
         (["tests.compare._toys:nothing", "--data", "TEXT"], "no callable"),
+        (
+            ["forecaster", "--data", "tests.compare._toys:two_moons", "--task", "forecast"],
+            "give a CSV",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, says, text_file, capsys):

@@ -134,6 +134,11 @@ def _csv(path: Path, columns: list[str] | None, lookback: int, horizon: int) -> 
 
 
 def _from_function(spec: str, task: str) -> Data:
+    if task == "forecast":
+        raise ValueError(
+            f"DATA {spec!r}: module:function data serves --task lm and classify; for "
+            "forecasting give a CSV file (columns are series, rows are time steps)."
+        )
     out = load_function(spec)()
     if not (isinstance(out, (tuple, list)) and len(out) == 3):
         raise ValueError(f"{spec}() must return (train, validation, test); got {type(out)}.")
