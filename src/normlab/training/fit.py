@@ -69,9 +69,10 @@ def late_share(curve: Sequence[float], window: float = 0.1) -> float:
 
     ``(c(3/4) - c(end)) / (c(start) - c(end))``, each ``c`` the mean of a window of
     ``window`` of the curve's points (at least one) at the start, ending at three quarters,
-    and at the end. About 0 for a run that had converged, 0.28 for one still
-    improving at a constant rate. NaN when the curve has fewer than 8 finite points or did
-    not improve overall (the learned premise judges that).
+    and at the end. About 0 for a run that had converged, 0.28 for one still improving at
+    a constant rate. NaN when the curve has fewer than 4 points or a non-finite one, or
+    did not improve overall (the learned premise judges that). An early-stopped run's
+    curve is best given as its best-so-far validation score, which does not rise.
 
     >>> round(late_share([1.0 / (1 + t) for t in range(400)]), 3)
     0.009
@@ -80,7 +81,7 @@ def late_share(curve: Sequence[float], window: float = 0.1) -> float:
     """
     values = [float(v) for v in curve]
     n = len(values)
-    if n < 8 or not all(math.isfinite(v) for v in values):
+    if n < 4 or not all(math.isfinite(v) for v in values):
         return math.nan
     k = max(1, round(window * n))
     three_quarters = round(0.75 * n)
