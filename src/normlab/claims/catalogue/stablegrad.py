@@ -4,7 +4,6 @@ The seed proposes StableGrad: after backward and before the step, rescale each l
 weight gradient to a reference std, leaving the forward model (and so the PINN's input
 derivatives and physical residual) untouched. It reports better matched-depth accuracy on
 deep PINNs and stable training of BatchNorm-free ResNets where they otherwise collapse.
-
 The experiment is the record's ``setup``; its trainers are :mod:`normlab.training.stablegrad`.
 """
 
