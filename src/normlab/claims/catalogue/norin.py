@@ -147,20 +147,27 @@ def _figure(measurements: Sequence[Mapping[str, Any]]) -> Any:
     return fig
 
 
-# fmt: off
 _MSE = Margin(math.log10(1.02), "normlab's choice: 2% lower test MSE, as forecasting papers give")
 _DECADES = Margin(0.1, "normlab's choice: a sixth of the prior's sd of log10 delta (0.58)")
 _SHARE = Margin(0.1, "normlab's choice: one configuration in ten beyond a random pick's share")
 _EPF = "epf_prices"
 _LOG = {"direction": "less", "margin": _MSE, "unit": "log10 MSE", "if_diverged": _IF_DIVERGED}
 #: Free settings: (low, high, why); None: halved and doubled.
-_FREE = {"epochs": (None, None, "the budget"), "lookback": (None, None, "TSLib's L = 96"),
+_FREE = {
+    "epochs": (None, None, "the budget"),
+    "lookback": (None, None, "TSLib's L = 96"),
     "trials": (None, None, "the shape search's trials (the paper: 20-30)"),
-    "horizon": (None, None, "TSLib's shortest, 96"), "delta_init": (None, None, "joint start"),
-    "batch": (None, None, "windows a step"), "patience": (None, None, "early stopping's"),
-    "pretrain_epochs": (None, None, "SAN's first stage"), "fit_windows": (None, None, "fit's"),
-    "length": (2000, 8000, "series steps (budget)"), "batches_per_epoch": (10, 40, "an epoch"),
-    "val_windows": (128, 512, "validation windows"), "test_windows": (512, 2048, "test windows")}
+    "horizon": (None, None, "TSLib's shortest, 96"),
+    "delta_init": (None, None, "joint start"),
+    "batch": (None, None, "windows a step"),
+    "patience": (None, None, "early stopping's"),
+    "pretrain_epochs": (None, None, "SAN's first stage"),
+    "fit_windows": (None, None, "fit's"),
+    "length": (2000, 8000, "series steps (budget)"),
+    "batches_per_epoch": (10, 40, "an epoch"),
+    "val_windows": (128, 512, "validation windows"),
+    "test_windows": (512, 2048, "test windows"),
+}
 
 
 def _share(series: str, parts: str) -> Effect:
@@ -168,8 +175,12 @@ def _share(series: str, parts: str) -> Effect:
     return difference(
         f"{series}_far_from_linear",
         f"{what} minus a random pick's (log-uniform prior on [0.3, 30]: {_PRIOR_BELOW:.3f})",
-        f"{series}/selected", f"{series}/placebo", "below_linear", direction="greater",
-        margin=_SHARE)
+        f"{series}/selected",
+        f"{series}/placebo",
+        "below_linear",
+        direction="greater",
+        margin=_SHARE,
+    )
 
 
 def _versus(series: str, baseline: str) -> Effect:
@@ -178,73 +189,109 @@ def _versus(series: str, baseline: str) -> Effect:
     return difference(f"{series}_vs_{baseline}", what, *arms, "mse", log10=True, **_LOG)
 
 
-CLAIM = register_claim(Claim(
-    id="norin",
-    paper=paper("norin"),
-    hypothesis=(
-        "NoRIN's shape chosen outside gradient training (Bayesian optimisation of the "
-        "validation MSE) lies far from the linear limit (delta* < 10) more often than a random "
-        "pick from the search space, and differs by backbone, on real electricity prices."),
-    quote=("decoupled shape optimization recovers $(δ^\\star,\\varepsilon^\\star)$ that sit "
-           "systematically far from the linear limit, with values that vary in a "
-           "backbone-dependent way"),
-    primary=_share(_EPF, "linear and MLP backbones"),
-    secondary=(
-        difference(
-            f"{_EPF}_backbone_dependence",
-            "|log10 delta*_linear - log10 delta*_mlp| on EPF prices minus the placebo's "
-            "expected gap between two random picks (2/3 decade)",
-            f"{_EPF}/selected", f"{_EPF}/placebo", "backbone_gap", direction="greater",
-            margin=_DECADES, unit="decades"),
-        _share("heavy_tailed", "positive control generated with delta = 0.6; linear"),
-        Effect(
-            f"{_EPF}_delta_drift",
-            "joint gradient training of the shape on EPF prices: log(delta_T / delta_0) as a "
-            "fraction of lr x steps, the most Adam can move log delta in the run",
-            lambda m: cell(m, f"{_EPF}/norin-joint", "drift_fraction"), direction="greater",
-            margin=Margin(0.25, "normlab's choice: a quarter of the largest possible move"),
-            method=f"{_EPF}/norin-joint", if_diverged=_IF_DIVERGED),
-        Effect(
-            f"{_EPF}_beats_every_baseline",
-            "log10(NoRIN / each of RevIN, Dish-TS, SAN test MSE) on EPF (intersection-union)",
-            None, baseline=", ".join(f"{_EPF}/{b}" for b in _BASELINES), method=f"{_EPF}/norin",
-            parts=tuple(_versus(_EPF, b) for b in _BASELINES), **_LOG),
-        _versus("heavy_tailed", "revin"),
-    ),
-    premises=(Premise(
-        "shape_matters",
-        "share of EPF configurations (backbones) in which the validation MSE of the shape "
-        "trials that trained (finite, below the training mean's) differs by more than 2%",
-        lambda m: cell(m, f"{_EPF}/shape", "shape_matters"), direction="greater",
-        margin=Margin(0.5, "normlab's choice: else in most configurations no usable shape "
-                      "moves the validation MSE by 2%: delta* is noise"),
-        gates=(f"{_EPF}_far_from_linear", f"{_EPF}_backbone_dependence")),),
-    free_settings=tuple(
-        FreeSetting.scaled(k, f"normlab's choice: {why}") if lo is None
-        else FreeSetting(k, lo, hi, f"normlab's choice: {why}")
-        for k, (lo, hi, why) in _FREE.items()),
-    decisive="trials",  # the search's budget decides how far from its start it gets
-    headline=(
-        "90 configurations (6 backbones x 5 datasets x 3 horizons): (delta*, epsilon*) far from "
-        "the linear limit and backbone-dependent; NoRIN beats RevIN, SAN, Dish-TS in a paired "
-        "Wilcoxon test (the abstract gives no single number)"),
-    configs=_CONFIGS,
-    run=run,
-    setup=(
-        "L=96, H=96; EPF FR/BE prices (linear and MLP backbones) and a heavy-tailed synthetic "
-        "control (linear), first 4,000 steps; RevIN, Dish-TS, SAN, NoRIN and joint NoRIN (from "
-        "delta = 1), Adam lr tuned over {1e-3, 3e-3} +1 edge step on validation MSE, up to 8 "
-        "epochs of 20 batches, early stopping (quick, 5 seeds); NoRIN's shape by Optuna TPE (16 "
-        "trials, a sampler seed per backbone) at its lr, from the Slifker-Shapiro fit (EPF "
-        "windows are S_B: its fallback, the linear end delta = 30)."),
-    scale_note=(
-        "quick: two backbones on EPF, one on the control, 16 shape trials, a two-value lr grid "
-        "(budget); FAN is not run (the abstract names RevIN, SAN, Dish-TS); full adds vic_elec, "
-        "30 epochs, lr 1e-2 and 25 trials."),
-    figure=_figure,
-    caption=(
-        "Left: delta during joint gradient training, one line per configuration; rising lines "
-        "are the degeneration toward the linear limit. Right: BO trials' validation MSE against "
-        "delta (stars: selected); the dashed line is delta = 10."),
-))
-# fmt: on
+CLAIM = register_claim(
+    Claim(
+        id="norin",
+        paper=paper("norin"),
+        hypothesis=(
+            "NoRIN's shape chosen outside gradient training (Bayesian optimisation of the "
+            "validation MSE) lies far from the linear limit (delta* < 10) more often than a "
+            "random "
+            "pick from the search space, and differs by backbone, on real electricity prices."
+        ),
+        quote=(
+            "decoupled shape optimization recovers $(δ^\\star,\\varepsilon^\\star)$ that sit "
+            "systematically far from the linear limit, with values that vary in a "
+            "backbone-dependent way"
+        ),
+        primary=_share(_EPF, "linear and MLP backbones"),
+        secondary=(
+            difference(
+                f"{_EPF}_backbone_dependence",
+                "|log10 delta*_linear - log10 delta*_mlp| on EPF prices minus the placebo's "
+                "expected gap between two random picks (2/3 decade)",
+                f"{_EPF}/selected",
+                f"{_EPF}/placebo",
+                "backbone_gap",
+                direction="greater",
+                margin=_DECADES,
+                unit="decades",
+            ),
+            _share("heavy_tailed", "positive control generated with delta = 0.6; linear"),
+            Effect(
+                f"{_EPF}_delta_drift",
+                "joint gradient training of the shape on EPF prices: log(delta_T / delta_0) as a "
+                "fraction of lr x steps, the most Adam can move log delta in the run",
+                lambda m: cell(m, f"{_EPF}/norin-joint", "drift_fraction"),
+                direction="greater",
+                margin=Margin(0.25, "normlab's choice: a quarter of the largest possible move"),
+                method=f"{_EPF}/norin-joint",
+                if_diverged=_IF_DIVERGED,
+            ),
+            Effect(
+                f"{_EPF}_beats_every_baseline",
+                "log10(NoRIN / each of RevIN, Dish-TS, SAN test MSE) on EPF (intersection-union)",
+                None,
+                baseline=", ".join(f"{_EPF}/{b}" for b in _BASELINES),
+                method=f"{_EPF}/norin",
+                parts=tuple(_versus(_EPF, b) for b in _BASELINES),
+                **_LOG,
+            ),
+            _versus("heavy_tailed", "revin"),
+        ),
+        premises=(
+            Premise(
+                "shape_matters",
+                "share of EPF configurations (backbones) in which the validation MSE of the shape "
+                "trials that trained (finite, below the training mean's) differs by more than 2%",
+                lambda m: cell(m, f"{_EPF}/shape", "shape_matters"),
+                direction="greater",
+                margin=Margin(
+                    0.5,
+                    "normlab's choice: else in most configurations no usable shape "
+                    "moves the validation MSE by 2%: delta* is noise",
+                ),
+                gates=(f"{_EPF}_far_from_linear", f"{_EPF}_backbone_dependence"),
+            ),
+        ),
+        free_settings=tuple(
+            FreeSetting.scaled(k, f"normlab's choice: {why}")
+            if lo is None
+            else FreeSetting(k, lo, hi, f"normlab's choice: {why}")
+            for k, (lo, hi, why) in _FREE.items()
+        ),
+        decisive="trials",  # the search's budget decides how far from its start it gets
+        headline=(
+            "90 configurations (6 backbones x 5 datasets x 3 horizons): (delta*, epsilon*) far "
+            "from "
+            "the linear limit and backbone-dependent; NoRIN beats RevIN, SAN, Dish-TS in a paired "
+            "Wilcoxon test (the abstract gives no single number)"
+        ),
+        configs=_CONFIGS,
+        run=run,
+        setup=(
+            "L=96, H=96; EPF FR/BE prices (linear and MLP backbones) and a heavy-tailed synthetic "
+            "control (linear), first 4,000 steps; RevIN, Dish-TS, SAN, NoRIN and joint NoRIN "
+            "(from "
+            "delta = 1), Adam lr tuned over {1e-3, 3e-3} +1 edge step on validation MSE, up to 8 "
+            "epochs of 20 batches, early stopping (quick, 5 seeds); NoRIN's shape by Optuna TPE "
+            "(16 "
+            "trials, a sampler seed per backbone) at its lr, from the Slifker-Shapiro fit (EPF "
+            "windows are S_B: its fallback, the linear end delta = 30)."
+        ),
+        scale_note=(
+            "quick: two backbones on EPF, one on the control, 16 shape trials, a two-value lr "
+            "grid "
+            "(budget); FAN is not run (the abstract names RevIN, SAN, Dish-TS); full adds "
+            "vic_elec, "
+            "30 epochs, lr 1e-2 and 25 trials."
+        ),
+        figure=_figure,
+        caption=(
+            "Left: delta during joint gradient training, one line per configuration; rising lines "
+            "are the degeneration toward the linear limit. Right: BO trials' validation MSE "
+            "against "
+            "delta (stars: selected); the dashed line is delta = 10."
+        ),
+    )
+)

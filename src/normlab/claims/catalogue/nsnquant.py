@@ -108,20 +108,36 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     return {"table": table}
 
 
-# fmt: off
 def _vs(name: str, bits: int, baseline: str, metric: str = "tables_attn_err", **kw) -> Effect:
-    return difference(name, f"{metric}: NSNQuant at {bits} bits minus {baseline}",
-                      f"nsn-{bits}bit", baseline, metric, direction="less",
-                      unit="bpb" if metric.endswith("bpb") else "", **kw)
+    return difference(
+        name,
+        f"{metric}: NSNQuant at {bits} bits minus {baseline}",
+        f"nsn-{bits}bit",
+        baseline,
+        metric,
+        direction="less",
+        unit="bpb" if metric.endswith("bpb") else "",
+        **kw,
+    )
 
 
 def _every(name: str, description: str, bits: int, tag: str, metric: str, margin: Margin):
     """NSNQuant below every data-calibrated baseline (intersection-union over the parts)."""
-    parts = tuple(_vs(f"{name}_vs_{s}", bits, f"{s}-{tag}{bits}bit", metric, margin=margin)
-                  for s in ("kmeans", "kivi"))
-    return Effect(name, description, None, direction="less", margin=margin,
-                  method=f"nsn-{bits}bit", baseline="k-means VQ and KIVI int",
-                  unit=parts[0].unit, parts=parts)
+    parts = tuple(
+        _vs(f"{name}_vs_{s}", bits, f"{s}-{tag}{bits}bit", metric, margin=margin)
+        for s in ("kmeans", "kivi")
+    )
+    return Effect(
+        name,
+        description,
+        None,
+        direction="less",
+        margin=margin,
+        method=f"nsn-{bits}bit",
+        baseline="k-means VQ and KIVI int",
+        unit=parts[0].unit,
+        parts=parts,
+    )
 
 
 def _shift(m: Mapping[str, Any], scheme: str) -> float:
@@ -138,8 +154,11 @@ def _check_nsn(config: Mapping[str, Any]) -> CheckOutcome:
     z, s1, s2, o = nsn_normalize(x)
     err = float((s1 * (s2 * z + o) - x).abs().max())
     worst = max(err, float((z.norm(dim=-1) - 4.0).abs().max()))
-    return CheckOutcome(worst < 1e-10, worst,
-                        f"x = s1 (s2 z + o) and |z| = sqrt(d): max error {worst:.1e} <= 1e-10")
+    return CheckOutcome(
+        worst < 1e-10,
+        worst,
+        f"x = s1 (s2 z + o) and |z| = sqrt(d): max error {worst:.1e} <= 1e-10",
+    )
 
 
 def _check_bytes(config: Mapping[str, Any]) -> CheckOutcome:
@@ -151,100 +170,176 @@ def _check_bytes(config: Mapping[str, Any]) -> CheckOutcome:
     kivi = IntKIVI(bits=2, axis="token", group=32).quantize(x)
     expected_kivi = x.numel() * 2 + 4 * 32 * 2 * 16  # one 16-channel group per token
     ok = nsn.bits == expected == stored and kivi.bits == expected_kivi
-    return CheckOutcome(ok, float(nsn.bits - expected + kivi.bits - expected_kivi),
-                        "stored bits equal the count of codes and fp16 scales")
+    return CheckOutcome(
+        ok,
+        float(nsn.bits - expected + kivi.bits - expected_kivi),
+        "stored bits equal the count of codes and fp16 scales",
+    )
 
 
-_MARGIN = Margin(0.01, "normlab's choice: one percentage point of relative error, well above "
-                 "the seed-to-seed spread of the error itself")
+_MARGIN = Margin(
+    0.01,
+    "normlab's choice: one percentage point of relative error, well above "
+    "the seed-to-seed spread of the error itself",
+)
 _SAME = Margin(0.01, "normlab's choice: as for the primary")
 _GPT = {**QUICK_GPT, "n_heads": 1, "steps": 400, "batch": 16, "lr": 3e-3}
 _RUN = {"bits": (1, 2), "window": 16, "peers": ("hqq", "quanto"), "peer_group": 64}
 
-CLAIM = register_claim(Claim(
-    id="nsnquant",
-    paper=paper("nsnquant"),
-    hypothesis="Under a distribution shift (calibrate on code, test on numeric tables), "
-    "NSNQuant's calibration-free VQ loses less attention-output accuracy at 2 bits per value "
-    "than k-means VQ calibrated on code.",
-    quote="This alignment enables robust, calibration-free vector quantization using a single "
-    "reusable codebook.",
-    primary=Effect("shift_degradation", "2-bit attention-error increase from code to tables: "
-                   "NSNQuant's minus k-means' (calibrated on code)",
-                   lambda m: _shift(m, "nsn") - _shift(m, "kmeans"), direction="less",
-                   margin=_MARGIN, method="nsn-2bit", baseline="kmeans-2bit"),
-    secondary=(
-        _vs("attn_err_2bit_tables", 2, "kmeans-matched-2bit", margin=_SAME),  # the former primary
-        _every("attn_err_2bit_vs_every", "tables attention-output relative error: NSNQuant at "
-               "2 bits minus k-means and minus KIVI at matched storage (intersection-union)",
-               2, "matched-", "tables_attn_err", _SAME),
-        _every("attn_err_2bit_nominal", "as attn_err_2bit_vs_every at 2 nominal bits per "
-               "value (the paper's framing)", 2, "", "tables_attn_err", _SAME),
-        _every("attn_err_1bit_tables", "as attn_err_2bit_vs_every with NSNQuant at 1 bit per "
-               "value (KIVI's smallest setting, 1 bit, stores more than NSNQuant)", 1,
-               "matched-", "tables_attn_err", _SAME),
-        _every("bpb_2bit_prose", "prose tail bits per byte, 2-bit cache: NSNQuant minus each "
-               "baseline at matched storage (not tables: predicted near chance)", 2,
-               "matched-", "prose_bpb",
-               Margin(0.0, "normlab's choice: any improvement in the loss")),
-        _vs("vs_hqq", 2, "hqq-2bit", margin=_SAME),
-        _vs("vs_quanto", 2, "quanto-2bit", margin=_SAME),
-        _vs("attn_err_2bit_prose", 2, "kmeans-matched-2bit", "prose_attn_err", margin=_SAME),
-        _vs("attn_err_2bit_code", 2, "kmeans-matched-2bit", "code_attn_err", margin=_SAME),
-    ),
-    checks=(
-        Check("nsn_exact", "Normalize-Shift-Normalize is exact in fp64", _check_nsn),
-        Check("bytes_counted", "storage equals the stored codes and scales", _check_bytes),
-    ),
-    premises=(
-        Premise("shift_hurts_calibration", "tables 2-bit attention error: k-means calibrated "
+CLAIM = register_claim(
+    Claim(
+        id="nsnquant",
+        paper=paper("nsnquant"),
+        hypothesis="Under a distribution shift (calibrate on code, test on numeric tables), "
+        "NSNQuant's calibration-free VQ loses less attention-output accuracy at 2 bits per value "
+        "than k-means VQ calibrated on code.",
+        quote="This alignment enables robust, calibration-free vector quantization using a single "
+        "reusable codebook.",
+        primary=Effect(
+            "shift_degradation",
+            "2-bit attention-error increase from code to tables: "
+            "NSNQuant's minus k-means' (calibrated on code)",
+            lambda m: _shift(m, "nsn") - _shift(m, "kmeans"),
+            direction="less",
+            margin=_MARGIN,
+            method="nsn-2bit",
+            baseline="kmeans-2bit",
+        ),
+        secondary=(
+            _vs(
+                "attn_err_2bit_tables", 2, "kmeans-matched-2bit", margin=_SAME
+            ),  # the former primary
+            _every(
+                "attn_err_2bit_vs_every",
+                "tables attention-output relative error: NSNQuant at "
+                "2 bits minus k-means and minus KIVI at matched storage (intersection-union)",
+                2,
+                "matched-",
+                "tables_attn_err",
+                _SAME,
+            ),
+            _every(
+                "attn_err_2bit_nominal",
+                "as attn_err_2bit_vs_every at 2 nominal bits per value (the paper's framing)",
+                2,
+                "",
+                "tables_attn_err",
+                _SAME,
+            ),
+            _every(
+                "attn_err_1bit_tables",
+                "as attn_err_2bit_vs_every with NSNQuant at 1 bit per "
+                "value (KIVI's smallest setting, 1 bit, stores more than NSNQuant)",
+                1,
+                "matched-",
+                "tables_attn_err",
+                _SAME,
+            ),
+            _every(
+                "bpb_2bit_prose",
+                "prose tail bits per byte, 2-bit cache: NSNQuant minus each "
+                "baseline at matched storage (not tables: predicted near chance)",
+                2,
+                "matched-",
+                "prose_bpb",
+                Margin(0.0, "normlab's choice: any improvement in the loss"),
+            ),
+            _vs("vs_hqq", 2, "hqq-2bit", margin=_SAME),
+            _vs("vs_quanto", 2, "quanto-2bit", margin=_SAME),
+            _vs("attn_err_2bit_prose", 2, "kmeans-matched-2bit", "prose_attn_err", margin=_SAME),
+            _vs("attn_err_2bit_code", 2, "kmeans-matched-2bit", "code_attn_err", margin=_SAME),
+        ),
+        checks=(
+            Check("nsn_exact", "Normalize-Shift-Normalize is exact in fp64", _check_nsn),
+            Check("bytes_counted", "storage equals the stored codes and scales", _check_bytes),
+        ),
+        premises=(
+            Premise(
+                "shift_hurts_calibration",
+                "tables 2-bit attention error: k-means calibrated "
                 "on code minus on tables (the shift's cost to a calibrated codebook)",
-                lambda m: (cell(m, "kmeans-2bit", "tables_attn_err")
-                           - cell(m, "kmeans-oracle-2bit", "tables_attn_err")),
+                lambda m: (
+                    cell(m, "kmeans-2bit", "tables_attn_err")
+                    - cell(m, "kmeans-oracle-2bit", "tables_attn_err")
+                ),
                 direction="greater",
-                margin=Margin(0.0, "normlab's choice: without a shift that hurts the "
-                              "calibrated codebook, robustness to it says nothing"),
-                gates=("shift_degradation",)),
-    ),
-    untuned="nothing is trained per arm: one shared LM, quantizers with fixed settings",
-    free_settings=(
-        FreeSetting.scaled("window", "normlab's choice: full-precision tail tokens"),
-        FreeSetting.scaled("kmeans_iters", "normlab's choice: k-means iterations"),
-        FreeSetting.scaled("calibration_windows", "normlab's choice: k-means's code windows"),
-        FreeSetting.scaled("eval_windows", "normlab's choice: scored windows per domain"),
-        FreeSetting.scaled("peer_group", "normlab's choice: HQQ / quanto group size"),
-        FreeSetting("peers", ("hqq",), ("quanto",), "normlab's choice: the peer caches"),
-        FreeSetting("n_heads", 2, 8, "normlab's choice: one head of 64 at quick (paper: 128)"),
-        *lm_free("n_layers", "context", "steps", "batch", "lr"),
-        *lm_free(d_model="normlab's choice: head dim 64 (the paper's 128) at one head"),
-    ),
-    sourced={"bits": "paper: abstract (the 1-bit and 2-bit settings)"},
-    decisive="d_model",  # the width sets how low-rank the keys are: the regime
-    headline="NSNQuant outperforms prior KV-cache quantizers at 1 and 2 bits and generalizes "
-    "without calibration data; up to 3x throughput (abstract).",
-    setup="TinyGPT (d 64, 2 layers, 1 head of 64, 400 steps on stdlib code, training seed 0). "
-    "Per seed: k-means codebooks (256 words per 8 values per stage, per layer, K and V) fitted "
-    "on code; NSN's from N(0, I); KIVI group 32; HQQ / quanto group 64. The last `window` "
-    "tokens of each window are scored over the quantized cache of the others.",
-    scale_note="Regime: code keys of effective rank ~14 of 64 (values ~21; fp row), where a "
-    "codebook calibrated on the data fits their subspace: NSNQuant's 2-bit error exceeds "
-    "k-means' on every domain (code ~0.19 vs ~0.05, tables ~0.10 vs ~0.08), and degrades less "
-    "under the shift because it does not depend on calibration data, not because it is lower. "
-    "Wider keys close the gap: 2 heads of 64 at d 128 (key rank ~26) gave tables 0.077 vs 0.100 "
-    "(seed 0, 400 steps); full (d 256, 4 heads of 64, 3000 steps) measures that regime. Matched "
-    "bytes per token: NSN 90.8 / 58.8 (2 / 1 bits), k-means 64.0 / 32.0, KIVI 69.3 at 1 bit. "
-    "The shift is code -> numeric tables (~430 KB of scikit-learn CSV).",
-    configs={
-        "smoke": {"seeds": 1, **_GPT, **_RUN, "d_model": 64, "n_layers": 1, "context": 32,
-                  "steps": 4, "batch": 4, "window": 8, "calibration_windows": 16,
-                  "eval_windows": 4, "kmeans_iters": 3},
-        # 7 seeds: at 5, attn_err_2bit_tables's null had a 6.6% opposite rate (limit 5%)
-        "quick": {"seeds": 7, **_GPT, **_RUN, "calibration_windows": 16, "eval_windows": 16,
-                  "kmeans_iters": 8},
-        "full": {"seeds": 10, **_GPT, **_RUN, "d_model": 256, "n_heads": 4, "n_layers": 4,
-                 "context": 128, "steps": 3000, "calibration_windows": 256,
-                 "eval_windows": 256, "kmeans_iters": 25},
-    },
-    run=run,
-))
-# fmt: on
+                margin=Margin(
+                    0.0,
+                    "normlab's choice: without a shift that hurts the "
+                    "calibrated codebook, robustness to it says nothing",
+                ),
+                gates=("shift_degradation",),
+            ),
+        ),
+        untuned="nothing is trained per arm: one shared LM, quantizers with fixed settings",
+        free_settings=(
+            FreeSetting.scaled("window", "normlab's choice: full-precision tail tokens"),
+            FreeSetting.scaled("kmeans_iters", "normlab's choice: k-means iterations"),
+            FreeSetting.scaled("calibration_windows", "normlab's choice: k-means's code windows"),
+            FreeSetting.scaled("eval_windows", "normlab's choice: scored windows per domain"),
+            FreeSetting.scaled("peer_group", "normlab's choice: HQQ / quanto group size"),
+            FreeSetting("peers", ("hqq",), ("quanto",), "normlab's choice: the peer caches"),
+            FreeSetting("n_heads", 2, 8, "normlab's choice: one head of 64 at quick (paper: 128)"),
+            *lm_free("n_layers", "context", "steps", "batch", "lr"),
+            *lm_free(d_model="normlab's choice: head dim 64 (the paper's 128) at one head"),
+        ),
+        sourced={"bits": "paper: abstract (the 1-bit and 2-bit settings)"},
+        decisive="d_model",  # the width sets how low-rank the keys are: the regime
+        headline="NSNQuant outperforms prior KV-cache quantizers at 1 and 2 bits and generalizes "
+        "without calibration data; up to 3x throughput (abstract).",
+        setup="TinyGPT (d 64, 2 layers, 1 head of 64, 400 steps on stdlib code, training seed 0). "
+        "Per seed: k-means codebooks (256 words per 8 values per stage, per layer, K and V) "
+        "fitted "
+        "on code; NSN's from N(0, I); KIVI group 32; HQQ / quanto group 64. The last `window` "
+        "tokens of each window are scored over the quantized cache of the others.",
+        scale_note="Regime: code keys of effective rank ~14 of 64 (values ~21; fp row), where a "
+        "codebook calibrated on the data fits their subspace: NSNQuant's 2-bit error exceeds "
+        "k-means' on every domain (code ~0.19 vs ~0.05, tables ~0.10 vs ~0.08), and degrades less "
+        "under the shift because it does not depend on calibration data, not because it is lower. "
+        "Wider keys close the gap: 2 heads of 64 at d 128 (key rank ~26) gave tables 0.077 vs "
+        "0.100 "
+        "(seed 0, 400 steps); full (d 256, 4 heads of 64, 3000 steps) measures that regime. "
+        "Matched "
+        "bytes per token: NSN 90.8 / 58.8 (2 / 1 bits), k-means 64.0 / 32.0, KIVI 69.3 at 1 bit. "
+        "The shift is code -> numeric tables (~430 KB of scikit-learn CSV).",
+        configs={
+            "smoke": {
+                "seeds": 1,
+                **_GPT,
+                **_RUN,
+                "d_model": 64,
+                "n_layers": 1,
+                "context": 32,
+                "steps": 4,
+                "batch": 4,
+                "window": 8,
+                "calibration_windows": 16,
+                "eval_windows": 4,
+                "kmeans_iters": 3,
+            },
+            # 7 seeds: at 5, attn_err_2bit_tables's null had a 6.6% opposite rate (limit 5%)
+            "quick": {
+                "seeds": 7,
+                **_GPT,
+                **_RUN,
+                "calibration_windows": 16,
+                "eval_windows": 16,
+                "kmeans_iters": 8,
+            },
+            "full": {
+                "seeds": 10,
+                **_GPT,
+                **_RUN,
+                "d_model": 256,
+                "n_heads": 4,
+                "n_layers": 4,
+                "context": 128,
+                "steps": 3000,
+                "calibration_windows": 256,
+                "eval_windows": 256,
+                "kmeans_iters": 25,
+            },
+        },
+        run=run,
+    )
+)
