@@ -38,13 +38,25 @@ MODULES = (
     "normlab.probes.activations",
     "normlab.probes.dyt",
     "normlab.probes.gemm",
+    "normlab.probes.kv_quant",
+    "normlab.probes.numerics",
     "normlab.probes.spikes",
     "normlab.quant.peers",
     "normlab.surgery.approx",
+    "normlab.training.attention_rank",
+    "normlab.training.bn_linear_gd",
+    "normlab.training.tale",
     "normlab.training.unlearn",
 )
 #: Modules whose examples are still to be written: only their coverage check may fail.
-PENDING: dict[str, str] = {}
+_MOVED = "moved out of the claim catalogue (issue 34/35); examples still to be written"
+PENDING: dict[str, str] = {
+    "normlab.probes.numerics": _MOVED,
+    "normlab.probes.spikes": _MOVED + " for coincidence",
+    "normlab.training.attention_rank": _MOVED,
+    "normlab.training.bn_linear_gd": _MOVED,
+    "normlab.training.tale": _MOVED,
+}
 #: Optional packages a module's examples need.
 NEEDS = {"normlab.functional.sparse": "entmax", "normlab.quant.peers": "hqq"}
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
