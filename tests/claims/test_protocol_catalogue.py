@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import math
+import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -116,3 +118,22 @@ def test_every_quick_search_has_an_extension_step(claim):
     two-value axis is always on the edge, and without a step "on the edge" means nothing)."""
     spaces = searches(claim.config("quick"))
     assert min(s.extend for s in spaces.values()) >= 1, claim.id
+
+
+SEEDS = pathlib.Path(__file__).resolve().parents[3] / "shared" / "seeds"
+
+
+def _squeeze(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=IDS)
+def test_every_primary_stands_beside_the_abstracts_words(claim):
+    """The primary is the abstract's headline: the record quotes the words it tests (a
+    sentence or a clause, not a restatement), and where the seed abstracts are at hand
+    (the project's shared folder beside the checkout) the quote is found there verbatim."""
+    quote = _squeeze(claim.quote)
+    assert len(quote) >= 30, f"{claim.id}: quote the abstract's words the primary tests"
+    if SEEDS.is_dir():
+        abstracts = _squeeze(" ".join(p.read_text() for p in sorted(SEEDS.glob("*.txt"))))
+        assert quote in abstracts, f"{claim.id}: the quote is not in the seed abstracts"
