@@ -23,12 +23,12 @@ def test_kappa_attention_why_line_prints_values_not_config_keys():
         words = set(re.findall(r"[A-Za-z_]\w*", item.description))
         assert not words & keys, (item.name, words & keys)
     assert "(kappa = 0.2)" in KAPPA.primary.description
-    assert "a score 30 below" in KAPPA.primary.description
 
 
 @pytest.mark.parametrize("scale", SCALES)
 def test_kappa_attention_caption_describes_only_the_panels_drawn(scale):
     caption = caption_at(KAPPA, scale)
-    drawn = KAPPA.config(scale)["lm_extension"]  # the figure's LM panel needs its curves
-    assert ("Right" in caption) == drawn and ("Left" in caption) == drawn
+    # both panels (the per-seed gap, the LM curves) are drawn at every scale: the LM
+    # comparison is the primary everywhere
+    assert "Right" in caption and "Left" in caption
     assert "tail_distance" not in caption
