@@ -124,7 +124,7 @@ _WIDE = {
     "smoke": {"time_d_model": 64, "time_layers": 1, "time_heads": 2, "time_context": 16,
               "time_batch": 1, "reps": 5, "warmup_reps": 1, "time_widths": (32,)},
     "quick": {"time_d_model": 512, "time_layers": 2, "time_heads": 8, "time_context": 64,
-              "time_batch": 2, "reps": 25, "warmup_reps": 3, "time_widths": (128, 256, 1024)},
+              "time_batch": 2, "reps": 25, "warmup_reps": 3, "time_widths": (128, 256)},
     "full": {"time_d_model": 768, "time_layers": 4, "time_heads": 12, "time_context": 128,
              "time_batch": 4, "reps": 100, "warmup_reps": 10,
              "time_widths": (128, 256, 512, 1024, 2048)},
