@@ -234,8 +234,7 @@ CLAIM = register_claim(
         ),
         configs={
             "smoke": _config(1, [3e-3], 0, **_SMOKE),
-            # Budget: 400 steps, 6 CNN epochs, 5 seeds (8 cost 313 CPU-s, and every arm is
-            # under-trained at 400 steps: late shares 0.17-0.41; full trains 5000 steps).
+            # Budget: 400 steps, 6 CNN epochs, 5 seeds (8 cost 313 CPU-s; under-trained anyway).
             # The grid reaches 3e-4: with {1e-3, 3e-3} both deep arms chose 1e-3 in every seed
             # (3e-3: val loss 260-1200 vs 27-715); an edge choice extends one step.
             "quick": _config(5, _LRS, 1, **_QUICK),
