@@ -279,10 +279,10 @@ def beats_every(
     if_diverged: Mapping[str, float] | None = None,
     scales: tuple[str, ...] = (),
 ) -> Effect:
-    """"``method`` beats every one of ``baselines``": one intersection-union effect whose
-    parts are the pairwise :func:`difference` effects ``<name>_vs_<baseline>`` (supported
-    iff supported against each; contradicted iff contradicted against one at level
-    0.05 / k; see :mod:`normlab.claims.rule`), never a min() or max() picked on test.
+    """The effect "``method`` beats every one of ``baselines``": one intersection-union
+    effect whose parts are the pairwise :func:`difference` effects ``<name>_vs_<baseline>``
+    (supported iff supported against each; contradicted iff contradicted against one at
+    level 0.05 / k; see :mod:`normlab.claims.rule`), never a min() or max() picked on test.
 
     Args:
         name: the effect's name; each part is ``<name>_vs_<baseline>``.
@@ -317,8 +317,7 @@ def beats_every(
     )
     return Effect(
         name,
-        f"{description}: {method} against each of {', '.join(baselines)} "
-        "(intersection-union)",
+        f"{description}: {method} against each of {', '.join(baselines)} (intersection-union)",
         None,
         direction=direction,
         margin=margin,
