@@ -2,18 +2,14 @@
 
 TRL computes advantages inline in ``GRPOTrainer._generate_and_score_completions`` and
 ``RLOOTrainer._generate_and_score_completions``, whose other lines generate completions with
-a model. These tests cut the advantage block out of TRL's installed source (from
-``unscorable_mask = ...`` to ``advantages = torch.nan_to_num(...)``) and execute it, in its
-module's namespace, with a stub ``self`` carrying the trainer settings it reads: TRL's code
-runs unchanged, nothing of its formula is copied here. If TRL moves the block, the markers
-are not found and the test fails, saying so.
+a model. :mod:`normlab.rl.trl_reference` cuts the advantage block out of TRL's installed
+source (from ``unscorable_mask = ...`` to ``advantages = torch.nan_to_num(...)``) and
+executes it, in its module's namespace, with a stub ``self`` carrying the trainer settings
+it reads: TRL's code runs unchanged, nothing of its formula is copied here. If TRL moves
+the block, the markers are not found and the test fails, saying so.
 """
 
 from __future__ import annotations
-
-import inspect
-import textwrap
-import types
 
 import pytest
 import torch
@@ -26,60 +22,15 @@ trl = pytest.importorskip(
 pytestmark = pytest.mark.slow  # importing trl (transformers, accelerate) takes ~8 s
 
 NAN = float("nan")
-START, END = "unscorable_mask = ", "advantages = torch.nan_to_num(advantages, nan=0.0)"
-
-
-def _block(cls) -> str:
-    src = inspect.getsource(cls._generate_and_score_completions).splitlines()
-    first = next((i for i, line in enumerate(src) if line.strip().startswith(START)), None)
-    last = next((i for i, line in enumerate(src) if line.strip() == END), None)
-    assert first is not None and last is not None and first < last, (
-        f"TRL {trl.__version__} moved the advantage block of {cls.__name__}; update the markers."
-    )
-    return textwrap.dedent("\n".join(src[first : last + 1]))
 
 
 @pytest.fixture(scope="module")
 def trl_advantages():
-    """``f(rewards_per_func, num_generations, method) -> advantages`` running TRL's code."""
-    from trl.trainer import grpo_trainer, rloo_trainer
+    """``f(rewards_per_func, num_generations, method) -> advantages`` running TRL's code
+    (:func:`normlab.rl.trl_reference.trl_advantages`, shared with grpo-family's check)."""
+    from normlab.rl.trl_reference import trl_advantages
 
-    code = {
-        "grpo": (compile(_block(grpo_trainer.GRPOTrainer), "grpo", "exec"), grpo_trainer),
-        "rloo": (compile(_block(rloo_trainer.RLOOTrainer), "rloo", "exec"), rloo_trainer),
-    }
-    settings = {  # normlab method -> (trainer, scale_rewards, multi_objective_aggregation)
-        "grpo": ("grpo", "group", "sum_then_normalize"),
-        "batch-std": ("grpo", "batch", "sum_then_normalize"),
-        "dr-grpo": ("grpo", "none", "sum_then_normalize"),
-        "gdpo": ("grpo", "group", "normalize_then_sum"),
-        "rloo": ("rloo", None, None),
-    }
-
-    def run(rewards_per_func: torch.Tensor, num_generations: int, method: str) -> torch.Tensor:
-        trainer, scale, aggregation = settings[method]
-        k = rewards_per_func.shape[1]
-        stub = types.SimpleNamespace(
-            scale_rewards=scale,
-            multi_objective_aggregation=aggregation,
-            reward_weights=torch.ones(k, dtype=rewards_per_func.dtype),
-            reward_funcs=[None] * k,
-            reward_clip_range=None,
-            beta=0.0,
-            normalize_advantages=False,
-        )
-        compiled, module = code[trainer]
-        scope = dict(vars(module))
-        scope.update(
-            self=stub,
-            rewards_per_func=rewards_per_func.clone(),
-            num_generations=num_generations,
-            device=rewards_per_func.device,
-        )
-        exec(compiled, scope)
-        return scope["advantages"]
-
-    return run
+    return trl_advantages
 
 
 TRL_METHODS = ("grpo", "batch-std", "dr-grpo", "rloo", "gdpo")
