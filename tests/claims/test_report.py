@@ -344,3 +344,30 @@ def test_claim_command_at_one_seed_says_no_interval_not_failed(
     assert "premise baseline_ranked" in text and "one seed: no interval" in text
     assert "FAILED" not in text
     assert " s wall, " in text and " s CPU" in text  # each task's two times, labelled
+
+
+def _premise(name, mean, low, high, **kw):
+    record = {"name": name, "description": f"{name} measure", "mean": mean, "low": low}
+    record |= {"high": high, "direction": "no_greater", "margin": 0.1, "held": False}
+    return record | {"state": "failed", "gates": ["x"]} | kw
+
+
+def test_an_untestable_why_line_groups_the_arms_not_shown_converged():
+    from normlab.claims.report import WHY_PREMISES, why_line
+
+    under = [_premise(f"arm{k}_converged", 0.3 + k / 100, 0.2, 0.4) for k in range(5)]
+    record = {
+        "verdict": "untestable",
+        "reason": "untestable at this scale",
+        "primary": "x",
+        "effects": [{"name": "x", "role": "primary", "values": [1.0, 1.1]}],
+        "premises": under,
+    }
+    why = why_line(record)
+    assert why.count("not shown converged") == 1 and "needs < 0.1" in why
+    assert all(f"arm{k} 0.3" in why for k in range(5)), why  # every arm named with its share
+    # other premises are named one by one, at most WHY_PREMISES phrases in all
+    others = [_premise(f"p{k}", 1.0, 0.9, 1.1, direction="greater", margin=2.0) for k in range(5)]
+    why = why_line({**record, "premises": others + under})
+    assert f"{5 + 1 - WHY_PREMISES} more premise(s) listed below" in why, why
+    assert why.count("was 1") == WHY_PREMISES

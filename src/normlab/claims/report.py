@@ -110,6 +110,32 @@ _BECAUSE = {
 }
 
 
+#: Premises a why-line names one by one; the rest are counted (the page lists them all).
+WHY_PREMISES = 3
+
+
+def _missing_premises(failed: list[Mapping[str, Any]]) -> list[str]:
+    """The failed premises in words: the engine's convergence premises as one phrase naming
+    each arm's late share, the others one by one, at most :data:`WHY_PREMISES` phrases."""
+    converged = [p for p in failed if str(p.get("name", "")).endswith("_converged")]
+    phrases = [premise_phrase(p) for p in failed if p not in converged]
+    if converged:
+        arms = ", ".join(
+            f"{str(p['name'])[: -len('_converged')]} "
+            f"{fmt_estimate(p['mean'], p['low'], p['high'], signed=False)}"
+            for p in converged
+        )
+        bound = fmt_value(converged[0].get("margin"))
+        phrases.append(
+            f"not shown converged (share of the improvement made in the last quarter, "
+            f"needs < {bound}): {arms}"
+        )
+    if len(phrases) > WHY_PREMISES:
+        rest = len(phrases) - WHY_PREMISES
+        phrases = [*phrases[:WHY_PREMISES], f"{rest} more premise(s) listed below"]
+    return phrases
+
+
 def why_line(record: Mapping[str, Any]) -> str:
     """One plain sentence saying why a claim's verdict is what it is.
 
@@ -132,7 +158,7 @@ def why_line(record: Mapping[str, Any]) -> str:
     if primary is None:
         return f"{verdict.capitalize()}: {reason}."
     if verdict == "untestable":
-        missing = [premise_phrase(p) for p in failed_premises(record)]
+        missing = _missing_premises(failed_premises(record))
         return (
             f"Untestable at this scale: {'; '.join(missing) or reason}, so "
             f"{primary['name']} says nothing here."
