@@ -20,9 +20,9 @@ from normlab.models.gpt import GPTConfig
 from normlab.training.lm import LMTrainConfig, train_lm
 
 __all__ = [
-    "HELD_OUT",
     "LM_FREE",
     "UNIFORM_BPB",
+    "lm_curve",
     "lm_free",
     "lm_train_config",
     "lm_trial",
@@ -31,10 +31,6 @@ __all__ = [
 
 #: Bits per byte of the uniform predictor over the vocabulary: what a diverged LM counts as.
 UNIFORM_BPB = math.log2(VOCAB)
-#: Offset of the held-out (test) validation windows' seed. The trainer's own evaluations
-#: (``log["val_bpb"]``, the tuning's selection score) use the windows of ``seed``; claims
-#: score the selected model on the disjoint windows of ``HELD_OUT + seed``.
-HELD_OUT = 50_000
 
 #: TinyGPT's shape and training budget as free settings, declared once for every claim that
 #: trains it (none is a seed's value: the seeds train 64M-8B-parameter models on millions to
@@ -92,13 +88,19 @@ def test_windows(batch: int, context: int, seed: int) -> tuple[torch.Tensor, tor
     return sample_batch(corpus("test"), batch, context, torch.Generator().manual_seed(seed))
 
 
+def lm_curve(log: Mapping[str, Any]) -> list[float]:
+    """The training curve of a :func:`~normlab.training.lm.train_lm` log that the convergence
+    premise reads: the bits per byte of every step (its windows then average a tenth of
+    the run's steps: one batch's bpb every 10 steps made the late share's seed-to-seed
+    spread about 0.09, as wide as the bound it is judged against)."""
+    return log.get("step_bpb", log["train_bpb"])
+
+
 def lm_trial(model_config: GPTConfig, train_config: LMTrainConfig, seed: int) -> Trained:
     """One trial of the engine's ``train`` for a TinyGPT (trained or read from the model
     cache): scored by the trainer's last validation bits per byte (the "val" split's
     windows; inf if diverged), with ``(model, log)``, the divergence record and the
-    training bits per byte of every step as the convergence premise's curve (its windows
-    then average a tenth of the run's steps: one batch's bpb every 10 steps made the late
-    share's seed-to-seed spread about 0.09, as wide as the bound it is judged against)."""
+    :func:`lm_curve`."""
     model, log = train_lm(model_config, train_config, seed)
     val = math.inf if log.get("diverged") else float(log["val_bpb"][-1])
-    return Trained(val, (model, log), log.get("diverged"), log.get("step_bpb", log["train_bpb"]))
+    return Trained(val, (model, log), log.get("diverged"), lm_curve(log))

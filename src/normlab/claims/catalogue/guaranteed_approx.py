@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from normlab.claims.catalogue._lm_settings import UNIFORM_BPB, lm_free, lm_train_config
+from normlab.claims.catalogue._lm_settings import UNIFORM_BPB, lm_curve, lm_free, lm_train_config
 from normlab.claims.common import QUICK_GPT, seed_everything
 from normlab.claims.core import (
     Check,
@@ -61,7 +61,7 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     x = _probe(config, seed)
     evaluate = {"split": "test", "batches": config["eval_batches"], "batch": 16, "seed": seed}
     bits = config["table_bits"]
-    share = late_share(log["train_bpb"])  # how far the shared model trained: reported only
+    share = late_share(lm_curve(log))  # how far the model trained: reported only
     table = {"exact": {"test_bpb": evaluate_bpb(model, **evaluate), "late_share": share}}
     for name, (softmax_kwargs, ln_kwargs) in datapaths(bits).items():
         kwargs = {"softmax_kwargs": softmax_kwargs, "layernorm_kwargs": ln_kwargs}
