@@ -18,21 +18,15 @@ def test_labels_are_the_sparse_sum_mod_p():
         sparse_modular_addition(5, 7, 3, (4,), generator=torch.Generator())
 
 
+def _tiny(**budget):
+    """A one-layer modular-addition transformer's config with the given budget."""
+    shape = {"p": 5, "length": 4, "positions": [0, 1], "d_model": 8, "n_layers": 1}
+    return {**shape, "n_heads": 2, "weight_decay": 0.0, **budget}
+
+
 def test_training_records_finite_curvature_each_step():
     torch.set_num_threads(1)
-    cfg = {
-        "p": 5,
-        "length": 4,
-        "positions": [0, 1],
-        "d_model": 8,
-        "n_layers": 1,
-        "n_heads": 2,
-        "lr": 1e-3,
-        "weight_decay": 0.0,
-        "train_size": 64,
-        "batch": 16,
-        "steps": 3,
-    }
+    cfg = _tiny(lr=1e-3, train_size=64, batch=16, steps=3)
     out = train_modular(cfg, 0)
     assert len(out["loss"]) == len(out["curvature"]) == 3
     assert all(math.isfinite(c) and c > 0 for c in out["curvature"])
@@ -42,20 +36,8 @@ def test_training_records_finite_curvature_each_step():
 
 def test_set_loss_is_the_fixed_sets_loss_at_the_steps_parameters():
     torch.set_num_threads(1)
-    cfg = {
-        "p": 5,
-        "length": 4,
-        "positions": [0, 1],
-        "d_model": 8,
-        "n_layers": 1,
-        "n_heads": 2,
-        "lr": 1e-2,
-        "weight_decay": 0.0,
-        "train_size": 32,
-        "batch": 32,  # full batch: the step's loss is the whole set's
-        "steps": 4,
-        "loss_sequences": 32,
-    }
+    # full batch: the step's loss is the whole set's
+    cfg = _tiny(lr=1e-2, train_size=32, batch=32, steps=4, loss_sequences=32)
     out = train_modular(cfg, 0)
     assert out["set_loss"] == pytest.approx(out["loss"], rel=1e-5)
     assert "set_loss" not in train_modular({**cfg, "loss_sequences": 0}, 0)
