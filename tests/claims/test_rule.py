@@ -447,3 +447,17 @@ def test_a_claim_may_declare_its_own_convergence_bound():
     for m in ms:
         m["tuning"]["baseline"]["late_share"] = None
     assert [p.name for p in judge_claim(toy_claim(), ms).premises] == ["baseline_learned"]
+
+
+def test_a_declared_premise_named_like_the_engines_keeps_its_own_framing():
+    declared = Premise(
+        "network_converged",
+        "the network's own late share",
+        lambda m: float(m["table"]["method"]["k"]),
+        "no_greater",
+        Margin(0.1, "normlab's choice: test"),
+    )
+    ms = toy_measurements(("x", [0.5, 0.6, 0.55]), ("k", [0.3, 0.31, 0.29]))
+    result = judge_claim(toy_claim(premises=(declared,)), ms)
+    assert result.verdict == "untestable"
+    assert "premise network_converged failed" in result.reason, result.reason

@@ -545,8 +545,7 @@ def learned_premises(
         out.append(
             _engine_premise(
                 f"{arm}_learned",
-                f"{arm} beats its trivial reference on validation (reference minus the "
-                "tuned validation score)",
+                _engine_description(f"{arm}_learned"),
                 values,
                 "greater",
                 Margin(0.0, LEARNED_SOURCE),
@@ -580,7 +579,7 @@ def converged_premises(
         out.append(
             _engine_premise(
                 f"{arm}_converged",
-                f"share of {arm}'s training improvement made in its last quarter",
+                _engine_description(f"{arm}_converged"),
                 values,
                 "no_greater",
                 bound,
@@ -669,8 +668,23 @@ def _checks(claim: Claim, outcomes: Mapping[str, CheckOutcome]) -> tuple[CheckVe
     )
 
 
+def _engine_description(name: str) -> str:
+    """The description of the engine's premise ``name`` (``<arm>_learned`` or
+    ``<arm>_converged``); "" for any other name. A claim's own premise that happens to end
+    the same way keeps its own description, so the two are told apart by it."""
+    arm, _, kind = name.rpartition("_")
+    if kind == "learned":
+        return (
+            f"{arm} beats its trivial reference on validation (reference minus the tuned "
+            "validation score)"
+        )
+    if kind == "converged":
+        return f"share of {arm}'s training improvement made in its last quarter"
+    return ""
+
+
 def _not_shown(p: PremiseVerdict) -> str:
-    if p.name.endswith(("_learned", "_converged")):  # the engine's: the reason says it all
+    if p.description == _engine_description(p.name):  # the engine's: the reason says it all
         return p.reason
     state = "failed" if p.state == "failed" else "underpowered"
     return f"premise {p.name} {state} ({p.reason})"
