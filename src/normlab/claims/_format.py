@@ -332,15 +332,23 @@ def _setting(r: Mapping[str, Any]) -> str:
 #: Neighbour verdicts that say nothing about the claim's robustness: the premise failed or
 #: a task failed there, so no verdict was reached to compare.
 NO_VERDICT = ("untestable", "error")
+#: The verdicts robustness reruns test (a report reruns no other claim's neighbours).
+DECIDED = ("supported", "contradicted")
 
 
 def robustness_status(record: Mapping[str, Any]) -> str:
     """ "robust", "fragile at NAME=VALUE, ..." or "not run"; neighbours where the claim is
     untestable (or a task failed) are named apart ("; untestable at NAME=VALUE") and never
-    count as fragile. A claim without free settings has "no free settings"."""
+    count as fragile. A claim without free settings has "no free settings"; one whose
+    verdict is not decided, "not run (no decided verdict)" (a report reruns only decided
+    claims: :mod:`normlab.claims.schedule`)."""
     records = record.get("robustness") or []
     if not records:
-        return "no free settings" if record.get("free_settings") == [] else "not run"
+        if record.get("free_settings") == []:
+            return "no free settings"
+        if record.get("verdict") not in DECIDED:
+            return "not run (no decided verdict)"
+        return "not run"
     main = record.get("verdict")
     fragile = [_setting(r) for r in records if r["verdict"] not in (*NO_VERDICT, main)]
     text = f"fragile at {', '.join(fragile)}" if fragile else "robust"

@@ -101,7 +101,10 @@ def run(
         robustness: rerun each claim's seeds at free settings' neighbours and mark its
             verdict robust or fragile: "decisive" (its decisive setting's neighbours),
             "all" or True (every free setting's), "none" or False; None (the default) is
-            "all" at full scale and "none" otherwise.
+            :func:`~normlab.claims.plan.default_robustness`: "all" at full scale,
+            "decisive" at quick, "none" at smoke. Only claims whose verdict is decided
+            (supported or contradicted) are rerun; the reruns train at the main run's
+            tuned choices.
         placebo: also run the A/A placebo of every tuned claim (the baseline trained again
             through the method's path; see :mod:`normlab.claims.placebo`); None (the
             default) runs it at full scale only.
@@ -115,6 +118,7 @@ def run(
             refuses this driver (its message says how to give it the cluster's token).
     """
     from normlab.claims.core import SCALES
+    from normlab.claims.plan import default_robustness
     from normlab.claims.progress import ClaimProgress, expected_seconds
     from normlab.claims.report import write_report
 
@@ -127,7 +131,7 @@ def run(
         )
     claims = resolve_claims(ids)
     if robustness is None:
-        robustness = "all" if scale == "full" else "none"
+        robustness = default_robustness(scale)
     if placebo is None:
         placebo = scale == "full"
     runner = ClaimRunner(out, jobs=jobs, backend=backend, address=address, force=force)
@@ -147,6 +151,7 @@ def run(
             on_result(result)
 
     runner.on_result = report
+    runner.on_skipped = bars.skip
     with bars:
         results = tuple(runner.run(claims, scale, robustness=robustness, placebo=placebo))
     index = write_report(results, out, merge=bool(ids), runner=runner)

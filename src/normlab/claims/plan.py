@@ -9,12 +9,31 @@ from typing import Any, Literal
 from normlab.claims.core import Claim
 from normlab.claims.placebo import placebo_override
 
-__all__ = ["ROBUSTNESS", "Robustness", "extra_overrides", "robustness_overrides"]
+__all__ = [
+    "ROBUSTNESS",
+    "Robustness",
+    "default_robustness",
+    "extra_overrides",
+    "robustness_overrides",
+    "tunes",
+]
 
 Robustness = Literal["none", "decisive", "all"]
 #: "none": no reruns; "decisive": the neighbours of the claim's decisive free setting;
 #: "all": the neighbours of every free setting.
 ROBUSTNESS: tuple[str, ...] = ("none", "decisive", "all")
+
+
+def tunes(claim: Claim, scale: str) -> bool:
+    """Whether ``claim`` tunes its arms at ``scale``: its config holds a ``"search"``."""
+    return "search" in claim.config(scale)
+
+
+def default_robustness(scale: str) -> str:
+    """The robustness a report runs unless told: every free setting's neighbours at full,
+    the decisive setting's at quick (the main job shows it on the index), none at smoke.
+    Only claims whose verdict is decided are rerun (:mod:`normlab.claims.schedule`)."""
+    return {"full": "all", "quick": "decisive"}.get(scale, "none")
 
 
 def _mode(robustness: bool | str) -> str:
@@ -42,8 +61,10 @@ def extra_overrides(
     claim: Claim, scale: str, *, robustness: bool | str = False, placebo: bool = False
 ) -> list[dict[str, Any]]:
     """Every extra task's override: the robustness reruns, then the placebo (only for a
-    claim that tunes its arms: an untuned claim has no path to train its baseline on)."""
+    claim that tunes its arms: an untuned claim has no path to train its baseline on).
+    The robustness reruns run only for a claim whose verdict is decided, so this is the
+    most a report runs."""
     out = robustness_overrides(claim, scale, robustness)
-    if placebo and not claim.untuned and (override := placebo_override(claim)) is not None:
+    if placebo and tunes(claim, scale) and (override := placebo_override(claim)) is not None:
         out.append(override)
     return out

@@ -35,6 +35,7 @@ from rich.text import Text
 
 from normlab.claims.core import Claim
 from normlab.claims.plan import extra_overrides
+from normlab.claims.protocol import PLACEBO_KEY
 from normlab.claims.results import ClaimResult
 from normlab.claims.tasks import TaskResult
 
@@ -143,6 +144,11 @@ class Estimate:
             if task in self.expected:
                 self._actual += seconds
                 self._known += self.expected[task]
+        self._eta, self._at = self._compute(), self.clock()
+
+    def drop(self, tasks: Sequence[TaskId]) -> None:
+        """Forget tasks the run will not start (a claim's skipped robustness reruns)."""
+        self.left.difference_update(tasks)
         self._eta, self._at = self._compute(), self.clock()
 
     def _guess(self, task: TaskId) -> float | None:
@@ -271,6 +277,22 @@ class ClaimProgress:
         total_cached = sum(self.cached.values())
         overall = f"[cyan]{total_cached} cached[/cyan]" if total_cached else ""
         self.progress.update(self.overall, advance=1, status=overall)
+
+    def skip(self, claim_id: str, count: int) -> None:
+        """Take ``count`` tasks a claim will not run off its totals (robustness reruns of a
+        claim whose verdict is not decided)."""
+        prefix = f"{PLACEBO_KEY}="
+        self.estimate.drop(
+            [
+                t
+                for t in self.estimate.left
+                if t[0] == claim_id and isinstance(t[1], str) and not t[1].startswith(prefix)
+            ]
+        )
+        row = self.progress.tasks[self.rows[claim_id]]
+        self.progress.update(self.rows[claim_id], total=max(0, (row.total or 0) - count))
+        overall = self.progress.tasks[self.overall]
+        self.progress.update(self.overall, total=max(0, (overall.total or 0) - count))
 
     def __enter__(self) -> ClaimProgress:
         self.progress.start()

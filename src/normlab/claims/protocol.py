@@ -13,7 +13,9 @@ ordered axis on whose edge it sits, one step per axis per round up to ``extend``
 (geometric axes continue geometrically, others arithmetically), and flags a choice still
 on the edge. The record goes into the measurement under ``"tuning"`` so the report shows
 it, with the arm's trivial reference on validation (the learned premise: every tuned arm
-must beat it; :mod:`normlab.claims.rule` judges it).
+must beat it; :mod:`normlab.claims.rule` judges it). Under the runner a claim tunes once,
+on its first seed, and its other seeds train at that seed's choices
+(:mod:`normlab.claims.tune_once`; their records say ``"fixed"``).
 
 **Divergence.** A training run that diverges is an outcome, not an error:
 :func:`diverged` records it (step, last finite metric) under the measurement's
@@ -29,10 +31,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from normlab.claims import tune_once
+
 __all__ = [
     "PLACEBO_KEY",
     "Search",
     "Tuned",
+    "at_fixed",
     "diverged",
     "placebo_pair",
     "reference_of",
@@ -116,7 +121,9 @@ class Tuned:
         tie: how the choice was made among trials tied on validation: ``"unique"`` (no
             tie), ``"centre"`` (the tied trial nearest the centre of the searched space) or
             ``"hash"`` (equally central tied trials, one drawn by a hash of its parameters);
-            never the first or the smallest value, which would favour one direction.
+            never the first or the smallest value, which would favour one direction;
+            ``"fixed"`` for an arm trained at the choice of its claim's tuning seed
+            (:func:`at_fixed`).
         reference: the validation score of the arm's trivial reference (chance accuracy,
             the uniform predictor, the untrained model), on the same lower-is-better scale;
             the learned premise requires ``val < reference``. NaN when none was declared.
@@ -296,18 +303,53 @@ def tune_arms(
     def trained_as(arm: str) -> str:
         return placebo[1] if placebo is not None and arm == placebo[0] else arm
 
-    tuned = {
-        arm: tune(
-            spaces[arm],
-            lambda p, arm=arm: evaluate(trained_as(arm), p),
-            reference_of(reference, trained_as(arm)),
+    task = tune_once.current()
+    fixed = task.fixed_for_next_call() if task is not None else {}
+    tuned = {}
+    for arm in chosen:
+
+        def run(params: dict[str, Any], arm: str = arm) -> tuple[float, Any]:
+            return evaluate(trained_as(arm), params)
+
+        ref = reference_of(reference, trained_as(arm))
+        tuned[arm] = (
+            at_fixed(spaces[arm], fixed[arm], run, ref)
+            if arm in fixed
+            else tune(spaces[arm], run, ref)
         )
-        for arm in chosen
-    }
+    if task is not None:
+        task.record({arm: t.chosen for arm, t in tuned.items()})
     records = {arm: t.record() for arm, t in tuned.items()}
+    for arm in fixed.keys() & records.keys():
+        records[arm]["fixed"] = True
     if placebo is not None and placebo[0] in records:
         records[placebo[0]]["placebo_of"] = placebo[1]
     return tuned, records
+
+
+def at_fixed(
+    search: Search,
+    params: Mapping[str, Any],
+    evaluate: Callable[[dict[str, Any]], tuple[float, Any]],
+    reference: float = math.nan,
+) -> Tuned:
+    """One arm trained once at ``params``, chosen on another seed's validation (see
+    :mod:`normlab.claims.tune_once`): a single trial, recorded like a tuning of its own
+    (``tie`` "fixed"; ``on_edge`` is the tuning seed's to report, so False here)."""
+    val, result = evaluate(dict(params))
+    val = float(val) if math.isfinite(float(val)) else math.inf
+    return Tuned(
+        chosen=dict(params),
+        val=val,
+        trials=1,
+        grid_trials=search.trials,
+        extended=0,
+        on_edge=False,
+        history=((dict(params), val),),
+        tie="fixed",
+        reference=float(reference),
+        result=result,
+    )
 
 
 #: The config key through which the runner asks for the A/A placebo

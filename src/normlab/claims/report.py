@@ -229,6 +229,7 @@ def _task_record(t: TaskResult) -> dict[str, Any]:
         "error": t.error,
         "threads": t.threads,
         "override": t.override,
+        "fixed": t.fixed,
     }
 
 
@@ -455,7 +456,9 @@ def _is_current(runner: ClaimRunner | None) -> Callable[[Mapping[str, Any]], boo
             claim = get_claim(record["id"])
         except KeyError:
             return False
-        keys = {t.get("key") for t in record.get("tasks", []) if not t.get("override")}
-        return keys == runner.current_keys(claim, record["scale"])
+        tasks = record.get("tasks", [])
+        keys = {t.get("key") for t in tasks if not t.get("override") and not t.get("fixed")}
+        scale = record["scale"]
+        return runner.tuning_keys(claim, scale) <= keys <= runner.current_keys(claim, scale)
 
     return current

@@ -23,15 +23,14 @@ match; a task Ray gives up on is recorded as that task's error and the run goes 
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import os
 import platform
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +38,9 @@ from normlab._io import atomic_write_json
 from normlab._sources import closure_hash
 from normlab.claims import _workers
 from normlab.claims.core import Claim
-from normlab.claims.plan import extra_overrides
-from normlab.claims.protocol import PLACEBO_KEY
+from normlab.claims.plan import tunes
 from normlab.claims.results import ClaimResult
+from normlab.claims.schedule import Schedule, Task
 from normlab.claims.tasks import (
     CHECKS,
     THREADS,
@@ -75,18 +74,6 @@ def _writable(out: Path) -> None:
             f"Cannot write the report to {out}: {err.strerror or err}. "
             "Choose another folder with --out."
         ) from None
-
-
-@dataclass(frozen=True)
-class _Task:
-    claim: Claim
-    scale: str
-    seed: int | None
-    key: str
-    override: dict[str, Any] | None = None
-
-    def args(self) -> tuple[str, str, int | None]:
-        return self.claim.id, self.scale, self.seed
 
 
 class ClaimRunner:
@@ -128,13 +115,23 @@ class ClaimRunner:
         self.jobs = jobs or os.cpu_count() or 1
         self.backend, self.address, self.force = backend, address, force
         self.on_result = on_result
+        #: called with (claim id, count) for the robustness tasks a claim did not run
+        self.on_skipped: Callable[[str, int], None] | None = None
         self._code: dict[str, str] = {}
 
-    def key(self, claim: Claim, scale: str, seed: int | None, override: dict | None = None) -> str:
+    def key(
+        self,
+        claim: Claim,
+        scale: str,
+        seed: int | None,
+        override: dict | None = None,
+        fixed: list | None = None,
+    ) -> str:
         """:func:`task_key`, with each claim's source closure hashed once per runner."""
         if claim.id not in self._code:
             self._code[claim.id] = closure_hash(claim_modules(claim))
-        return task_key(claim, scale, seed, code=self._code[claim.id], override=override)
+        code = self._code[claim.id]
+        return task_key(claim, scale, seed, code=code, override=override, fixed=fixed)
 
     def path(self, claim_id: str, scale: str, seed: int | None, key: str) -> Path:
         """Where a task's result is cached."""
@@ -149,19 +146,35 @@ class ClaimRunner:
         return [(s, self.key(claim, scale, s)) for s in seeds]
 
     def current_keys(self, claim: Claim, scale: str) -> set[str]:
-        """The keys of every main task of ``claim`` at ``scale`` under the code as it is now
-        (a record whose keys differ was computed by older code: stale)."""
+        """The keys of every main task of ``claim`` at ``scale`` that tunes for itself,
+        under the code as it is now (a record whose keys differ was computed by older
+        code: stale)."""
         return {key for _, key in self.tasks(claim, scale)}
 
+    def tuning_keys(self, claim: Claim, scale: str) -> set[str]:
+        """The keys of the main tasks that must have tuned for themselves: the checks and
+        the first seed of a tuned claim (its others train at its choices), every seed of
+        an untuned one (:mod:`normlab.claims.schedule`)."""
+        tasks = self.tasks(claim, scale)
+        if not tunes(claim, scale) or len(claim.seeds(scale)) < 2:
+            return {key for _, key in tasks}
+        first = min(s for s, _ in tasks if s is not None)
+        return {key for s, key in tasks if s is None or s == first}
+
     def cached(
-        self, claim: Claim, scale: str, seed: int | None, override: dict | None = None
+        self,
+        claim: Claim,
+        scale: str,
+        seed: int | None,
+        override: dict | None = None,
+        fixed: list | None = None,
     ) -> TaskResult | None:
         """The finished result of a task if a successful one is cached, else None.
 
         A cached file that cannot be read, or that holds no usable measurement (null, or a
         seed task without a table), is a miss, with a warning naming it.
         """
-        path = self.path(claim.id, scale, seed, self.key(claim, scale, seed, override))
+        path = self.path(claim.id, scale, seed, self.key(claim, scale, seed, override, fixed))
         if self.force or not path.exists():
             return None
         try:
@@ -187,20 +200,6 @@ class ClaimRunner:
             self.on_result(result)
         return result
 
-    def all_tasks(
-        self, claim: Claim, scale: str, robustness: bool | str, placebo: bool = False
-    ) -> list[_Task]:
-        """Every task of ``claim`` at ``scale``: seeds, checks and every seed again under
-        each override of :func:`~normlab.claims.plan.extra_overrides` (robustness reruns,
-        the A/A placebo)."""
-        out = [_Task(claim, scale, seed, key) for seed, key in self.tasks(claim, scale)]
-        for override in extra_overrides(claim, scale, robustness=robustness, placebo=placebo):
-            out += [
-                _Task(claim, scale, seed, self.key(claim, scale, seed, override), override)
-                for seed in claim.seeds(scale)
-            ]
-        return out
-
     def run(
         self,
         claims: Sequence[Claim],
@@ -211,100 +210,123 @@ class ClaimRunner:
     ) -> list[ClaimResult]:
         """Run every task of every claim at ``scale`` and return the judged results.
 
+        The tasks start in the order of :class:`~normlab.claims.schedule.Schedule`: a tuned
+        claim's first seed tunes, its other seeds train at its choices; a claim's
+        robustness reruns follow its decided verdict. A cached task counts as finished at
+        once.
+
         Args:
             claims: the claims.
             scale: "smoke", "quick" or "full".
-            robustness: rerun each claim's seeds at free settings' neighbours: "decisive"
-                (its decisive setting's), "all" or True (every one's), "none" or False.
+            robustness: rerun each decided claim's seeds at free settings' neighbours:
+                "decisive" (its decisive setting's), "all" or True (every one's), "none" or
+                False.
             placebo: also run the A/A placebo of every tuned claim.
         """
-        done: dict[str, TaskResult] = {}
-        todo: list[_Task] = []
-        for claim in claims:
-            for task in self.all_tasks(claim, scale, robustness, placebo):
-                hit = self.cached(claim, scale, task.seed, task.override)
+        schedule = Schedule(
+            claims,
+            scale,
+            robustness=robustness,
+            placebo=placebo,
+            key=self.key,
+            on_skipped=self.on_skipped,
+        )
+        shared: deque[Task] = deque()
+        alone: deque[Task] = deque()  # timing claims run last and alone, on an idle machine
+
+        def release(tasks: Iterable[Task], front: bool = False) -> None:
+            """Queue the tasks that are not cached (released ones go first); a cached task
+            counts as finished at once."""
+            fresh = []
+            for task in tasks:
+                hit = self.cached(task.claim, scale, task.seed, task.override, task.fixed)
                 if hit is None:
-                    todo.append(task)
-                else:
-                    done[task.key] = hit
-                    if self.on_result is not None:
-                        self.on_result(hit)
-        # Timing claims run last and alone, so no other task shares the machine's cores.
-        shared = [t for t in todo if not t.claim.exclusive]
-        alone = [t for t in todo if t.claim.exclusive]
-        for data in itertools.chain(
-            self._execute(shared),
-            (run_task(*t.args(), **self._kwargs(t)) for t in alone),
-        ):
-            result = self._record(data)
-            done[result.key] = result
-        results = []
-        for c in claims:
-            tasks = self.all_tasks(c, scale, robustness, placebo)
-            main = [done[t.key] for t in tasks if t.override is None]
-            aa = [done[t.key] for t in tasks if t.override and PLACEBO_KEY in t.override]
-            extra = [done[t.key] for t in tasks if t.override and PLACEBO_KEY not in t.override]
-            results.append(ClaimResult.from_tasks(c, scale, main, extra, placebo=aa))
-        return results
+                    fresh.append(task)
+                    continue
+                if self.on_result is not None:
+                    self.on_result(hit)
+                release(schedule.finished(task, hit), front)
+            for task in reversed(fresh) if front else fresh:
+                queue = alone if task.claim.exclusive else shared
+                queue.appendleft(task) if front else queue.append(task)
 
-    def _kwargs(self, task: _Task) -> dict[str, Any]:
+        def record(task: Task, data: dict[str, Any]) -> None:
+            release(schedule.finished(task, self._record(data)), front=True)
+
+        release(schedule.start())
+        self._execute(shared, record)
+        while alone:
+            task = alone.popleft()
+            record(task, run_task(*task.args(), **self._kwargs(task)))
+            self._execute(shared, record)
+        return schedule.results()
+
+    def _kwargs(self, task: Task) -> dict[str, Any]:
         module = task.claim.run.__module__
-        return {"module": module, "key": task.key, "override": task.override}
+        return {"module": module, "key": task.key, "override": task.override, "fixed": task.fixed}
 
-    def _serial(self, todo: list[_Task]) -> Iterator[dict[str, Any]]:
-        for task in todo:
-            yield run_task(*task.args(), **self._kwargs(task))
-
-    def _execute(self, todo: list[_Task]) -> Iterator[dict[str, Any]]:
-        if not todo:
+    def _execute(self, queue: deque[Task], record: Callable[[Task, dict], None]) -> None:
+        """Run the queue's tasks until it is empty; ``record`` takes each result and queues
+        the tasks it releases."""
+        if not queue:
             return
         if self.backend == "ray":
-            yield from self._execute_ray(todo)
-        elif self.jobs == 1 or len(todo) == 1:
-            yield from self._serial(todo)
+            self._execute_ray(queue, record)
+        elif self.jobs == 1:
+            self._serial(queue, record)
         elif (script := _workers.unguarded_main()) is not None:
             print(
-                f"normlab: running {len(todo)} task(s) one at a time in this process: {script} "
+                f"normlab: running the tasks one at a time in this process: {script} "
                 'has no `if __name__ == "__main__":` block, which worker processes need '
                 "(add one to run tasks in parallel).",
                 file=sys.stderr,
             )
-            yield from self._serial(todo)
+            self._serial(queue, record)
         else:
-            yield from self._execute_pool(todo)
+            self._execute_pool(queue, record)
 
-    def _execute_pool(self, todo: list[_Task]) -> Iterator[dict[str, Any]]:
-        from concurrent.futures import as_completed
+    def _serial(self, queue: deque[Task], record: Callable[[Task, dict], None]) -> None:
+        while queue:
+            task = queue.popleft()
+            record(task, run_task(*task.args(), **self._kwargs(task)))
 
-        with _workers.guarded_pool(min(self.jobs, len(todo))) as pool:
-            futures = {pool.submit(run_task, *t.args(), **self._kwargs(t)): t for t in todo}
-            for future in as_completed(futures):
-                task = futures[future]
-                try:
-                    data = future.result()
-                except Exception:  # the worker itself died (e.g. out of memory)
-                    data = _failed(task, traceback.format_exc())
-                yield data
+    def _execute_pool(self, queue: deque[Task], record: Callable[[Task, dict], None]) -> None:
+        from concurrent.futures import FIRST_COMPLETED, wait
 
-    def _execute_ray(self, todo: list[_Task]) -> Iterator[dict[str, Any]]:
+        with _workers.guarded_pool(self.jobs) as pool:
+            running: dict[Any, Task] = {}
+            while queue or running:
+                while queue and len(running) < self.jobs:  # the queue decides what runs next
+                    task = queue.popleft()
+                    running[pool.submit(run_task, *task.args(), **self._kwargs(task))] = task
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    task = running.pop(future)
+                    try:
+                        data = future.result()
+                    except Exception:  # the worker itself died (e.g. out of memory)
+                        data = _failed(task, traceback.format_exc())
+                    record(task, data)
+
+    def _execute_ray(self, queue: deque[Task], record: Callable[[Task, dict], None]) -> None:
         ray = _import_ray()
         started = not ray.is_initialized()
         if started:
             _connect(ray, self.address, self.jobs)
         try:
             remote = ray.remote(num_cpus=1)(run_checked_task)
-            refs = {
-                remote.remote(self.identity(t.claim), *t.args(), **self._kwargs(t)): t
-                for t in todo
-            }
-            pending = list(refs)
-            while pending:
-                (ready,), pending = ray.wait(pending, num_returns=1)
+            refs: dict[Any, Task] = {}
+            while queue or refs:
+                while queue:  # Ray queues what the cluster cannot start yet
+                    t = queue.popleft()
+                    refs[remote.remote(self.identity(t.claim), *t.args(), **self._kwargs(t))] = t
+                (ready,), _ = ray.wait(list(refs), num_returns=1)
+                task = refs.pop(ready)
                 try:
                     data = ray.get(ready)
                 except ray.exceptions.RayError as err:  # Ray gave up: retries spent, node lost
-                    data = _failed(refs[ready], f"Ray could not finish this task: {err}")
-                yield data
+                    data = _failed(task, f"Ray could not finish this task: {err}")
+                record(task, data)
         finally:
             if started:
                 ray.shutdown()
@@ -316,10 +338,10 @@ class ClaimRunner:
         return code_identity(claim, code=self._code[claim.id])
 
 
-def _failed(task: _Task, error: str) -> dict[str, Any]:
+def _failed(task: Task, error: str) -> dict[str, Any]:
     """The record of a task that ended without a result of its own (its worker died)."""
     return TaskResult(
-        *task.args(), task.key, "error", None, error, 0.0, THREADS, task.override
+        *task.args(), task.key, "error", None, error, 0.0, THREADS, task.override, fixed=task.fixed
     ).to_dict()
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from normlab._io import content_hash
 from normlab._sources import closure_hash
+from normlab.claims import tune_once
 from normlab.claims.core import Claim, Measurement, get_claim
 
 __all__ = [
@@ -77,6 +78,10 @@ class TaskResult:
             before it was recorded).
         recompute: the primary effect was not finite with no divergence recorded (a fault):
             the result is reported but the next run computes the task again.
+        fixed: the tuned parameters the task trained at, chosen by its claim's first seed
+            (:mod:`normlab.claims.tune_once`); None for a task that tuned its arms itself.
+        choices: the parameters each of its ``tune_arms`` calls chose (fixed or tuned), in
+            call order: what the first seed hands on to the others.
         cached: whether this result was read from the cache rather than computed now.
     """
 
@@ -92,6 +97,8 @@ class TaskResult:
     override: dict[str, Any] | None = None
     cpu_seconds: float | None = None
     recompute: bool = False
+    fixed: list[dict[str, Any]] | None = None
+    choices: list[dict[str, Any]] | None = None
     cached: bool = False
 
     @property
@@ -125,6 +132,7 @@ def task_key(
     *,
     code: str | None = None,
     override: dict[str, Any] | None = None,
+    fixed: list[dict[str, Any]] | None = None,
 ) -> str:
     """The cache key of a task: changes when the claim's config changes, the
     source of any normlab module it imports (directly or not, its C++ included) changes,
@@ -137,13 +145,16 @@ def task_key(
         seed: the seed, or None for the checks task.
         code: the claim's :func:`~normlab._sources.closure_hash` when already computed.
         override: config values of a robustness rerun.
+        fixed: the tuning seed's choices the task trains at (:mod:`normlab.claims.tune_once`).
     """
     import platform
 
     import torch
 
+    at = {"fixed": fixed} if fixed is not None else {}  # a tuning task's key is unchanged
     return content_hash(
         {
+            **at,
             "claim": claim.id,
             "scale": scale,
             "seed": "checks" if seed is None else seed,
@@ -266,24 +277,30 @@ def run_task(
     module: str | None = None,
     key: str | None = None,
     override: dict[str, Any] | None = None,
+    fixed: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Run one task and return its :class:`TaskResult` as a dict; never raises.
 
     This is the function a worker process (or Ray) executes, with :data:`THREADS` torch
     threads. ``seed=None`` runs the claim's checks; ``override`` changes config values (a
-    robustness rerun).
+    robustness rerun); ``fixed`` is the tuning seed's choices to train at.
     """
     import torch
 
     caller_threads = torch.get_num_threads()  # restored below: in-process tasks share it
     torch.set_num_threads(THREADS)
     start, cpu_start = time.perf_counter(), cpu_seconds()
-    recompute = False
+    recompute, choices = False, None
     try:
         claim = _find_claim(claim_id, module)
-        key = key or task_key(claim, scale, seed, override=override)
+        key = key or task_key(claim, scale, seed, override=override, fixed=fixed)
         config = task_config(claim, scale, override)
-        measurement = _run_checks(claim, config) if seed is None else claim.run(config, seed)
+        if seed is None:
+            measurement = _run_checks(claim, config)
+        else:
+            with tune_once.session(fixed) as tuning:
+                measurement = claim.run(config, seed)
+            choices = tuning.chosen or None
         json.dumps(measurement, allow_nan=True)  # JSON-serialisable numbers only
         if seed is not None:
             if not isinstance(measurement.get("table"), dict):
@@ -307,6 +324,8 @@ def run_task(
         override,
         cpu_seconds=cpu,
         recompute=recompute,
+        fixed=fixed,
+        choices=choices,
     ).to_dict()
 
 

@@ -70,7 +70,7 @@ def _report(args: argparse.Namespace) -> int:
 
     import normlab.claims
     from normlab.claims.api import resolve_claims
-    from normlab.claims.plan import extra_overrides
+    from normlab.claims.plan import default_robustness, extra_overrides
     from normlab.claims.progress import summary_table
 
     if args.address is not None and args.backend != "ray":
@@ -86,7 +86,7 @@ def _report(args: argparse.Namespace) -> int:
     def count(result: object) -> None:
         done[0] += 1
 
-    robustness = args.robustness or ("all" if args.scale == "full" else "none")
+    robustness = args.robustness or default_robustness(args.scale)
     placebo = args.placebo if args.placebo is not None else args.scale == "full"
     total = sum(
         len(c.seeds(args.scale))
@@ -176,7 +176,8 @@ def add_report(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="rerun each claim's primary at free settings' neighbours and mark the verdict "
         "robust or fragile: 'decisive' (the claim's decisive setting), 'all' (the same as "
-        "the bare flag) or 'none' (default: all at --scale full, none otherwise)",
+        "the bare flag) or 'none' (default: all at --scale full, decisive at quick, none at "
+        "smoke); only claims whose verdict is decided are rerun",
     )
     p.add_argument(
         "--placebo",
