@@ -37,7 +37,7 @@ font-variant-numeric:tabular-nums;white-space:nowrap}.scroll{overflow-x:auto;max
 table.wrap{width:100%;table-layout:fixed;font-size:14px}table.wrap td,table.wrap th{
 overflow-wrap:break-word;word-break:normal;padding:.25em .4em}table.wrap th{font-size:13px}
 table.wrap .num{white-space:normal}table .verdict{font-size:12px;padding:.1em .3em}
-table .why{font-size:14px}
+table .why{font-size:14px}tr.note td{border-top:none;background:#fbfbfc}
 .verdict{font-weight:600;color:#fff;padding:.1em .5em;border-radius:.3em;display:inline-block;
 max-width:100%;overflow-wrap:anywhere}
 section{border-top:2px solid #d0d7de;margin-top:2em}img{max-width:100%;height:auto}
@@ -130,6 +130,7 @@ def table(
     numeric: Sequence[bool] = (),
     wrap: bool = False,
     widths: Sequence[str] = (),
+    notes: Sequence[str] = (),
 ) -> str:
     """An HTML table; cells are HTML already (escape text with :func:`esc`).
 
@@ -140,15 +141,19 @@ def table(
         wrap: fill the container with fixed column widths and wrap long text, so the table
             is never wider than the page; else it scrolls sideways when too wide.
         widths: CSS widths of the columns (with ``wrap``), e.g. ``("20%", "10em")``.
+        notes: per row, a line shown under it across the whole table (HTML; "" for none),
+            for text too long for a column.
     """
     head = "".join(f"<th>{h}</th>" for h in header)
     body = []
-    for row in rows:
+    for i, row in enumerate(rows):
         cells = "".join(
-            f'<td class="num">{c}</td>' if i < len(numeric) and numeric[i] else f"<td>{c}</td>"
-            for i, c in enumerate(row)
+            f'<td class="num">{c}</td>' if j < len(numeric) and numeric[j] else f"<td>{c}</td>"
+            for j, c in enumerate(row)
         )
         body.append(f"<tr>{cells}</tr>")
+        if i < len(notes) and notes[i]:
+            body.append(f'<tr class="note"><td colspan="{len(header)}">{notes[i]}</td></tr>')
     if wrap:
         cols = "".join(f'<col style="width:{esc(w)}">' for w in widths)
         colgroup = f"<colgroup>{cols}</colgroup>" if cols else ""

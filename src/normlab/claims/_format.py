@@ -311,8 +311,9 @@ def null_passes(null: Mapping[str, Any] | None) -> bool | None:
 
 def edge_count(record: Mapping[str, Any]) -> tuple[int, int]:
     """``(on the edge, total)`` over the record's tuned arm-seed choices: those still on an
-    edge of their search space after every extension, so possibly short of the optimum."""
-    tuning = record.get("tuning") or []
+    edge of their search space after every extension, so possibly short of the optimum
+    (seeds trained at another seed's choice, ``"fixed"``, made none and do not count)."""
+    tuning = [t for t in record.get("tuning") or [] if not t.get("fixed")]
     return sum(bool(t.get("on_edge")) for t in tuning), len(tuning)
 
 

@@ -369,7 +369,7 @@ def _tuning(record: Mapping[str, Any]) -> str:
             esc(_kv(t.get("chosen", {}))),
             esc(t.get("trials", "")),
             esc(fmt_value(t.get("val"))),
-            "<span class='mark warn'></span><b>on the edge</b>" if t.get("on_edge") else "inside",
+            _grid_cell(t),
         ]
         for t in record.get("tuning") or []
     ]
@@ -379,8 +379,9 @@ def _tuning(record: Mapping[str, Any]) -> str:
     edge, total = edge_count(record)
     return (
         "<h3>Tuning choices</h3><p class='muted'>Each arm's hyperparameters as chosen on the "
-        "validation split with the same budget; a choice on the edge of its grid may be "
-        f"short of the optimum.</p><p>{_edge_text(edge, total)}</p>"
+        "validation split with the same budget, once, on the first seed; the other seeds "
+        'train at its choices ("fixed"). A choice on the edge of its grid may be short of '
+        f"the optimum.</p><p>{_edge_text(edge, total)}</p>"
         + table(
             ["seed", "arm", "chosen", "trials", "validation", "grid"],
             rows,
@@ -389,6 +390,12 @@ def _tuning(record: Mapping[str, Any]) -> str:
             widths=["8%", "18%", "38%", "9%", "12%", "15%"],
         )
     )
+
+
+def _grid_cell(t: Mapping[str, Any]) -> str:
+    if t.get("fixed"):
+        return "fixed"
+    return "<span class='mark warn'></span><b>on the edge</b>" if t.get("on_edge") else "inside"
 
 
 def _divergences(record: Mapping[str, Any]) -> str:
@@ -703,7 +710,7 @@ def _edge_cell(record: Mapping[str, Any]) -> str:
 def _summary(claims: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     """The summary table and the footnotes giving each margin's source."""
     sources: dict[str, int] = {}
-    rows = []
+    rows, whys = [], []
     for c in claims:
         primary = primary_effect(c)
         relation, note = "", ""
@@ -722,7 +729,6 @@ def _summary(claims: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
                 _badge(c["verdict"]),
                 esc(key_number(c)) or "<span class='muted'>none</span>",
                 relation,
-                f"<span class='why'>{_code_name(c['why'])}</span>",
                 f"{c['seeds']}<br><span class='small'>{_seconds(c.get('cpu_seconds'))}</span>",
                 _null_cell(c),
                 f"<span class='small'>{_robustness_cell(c)}</span>",
@@ -730,13 +736,13 @@ def _summary(claims: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
                 _edge_cell(c),
             ]
         )
+        whys.append(f"<b>{esc(c['id'])}:</b> <span class='why'>{_code_name(c['why'])}</span>")
     summary = table(
         [
             "claim (seed paper)",
             "verdict",
             "primary effect [95% interval]",
             "claimed (margin)",
-            "why",
             "seeds, CPU time",
             "null calibration",
             "robustness",
@@ -744,9 +750,10 @@ def _summary(claims: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
             "tuned on an edge",
         ],
         rows,
-        numeric=[False, False, True, False, False, True, False, False, True, True],
+        numeric=[False, False, True, False, True, False, False, True, True],
         wrap=True,
-        widths=["12%", "10%", "9%", "8%", "17%", "7%", "9%", "11%", "8%", "9%"],
+        widths=["15%", "11%", "13%", "10%", "8%", "12%", "13%", "8%", "10%"],
+        notes=whys,
     )
     notes = "".join(f'<li id="margin-{n}">{esc(source)}</li>' for source, n in sources.items())
     footnotes = f"<h3>Sources of the margins</h3><ol class='small'>{notes}</ol>" if notes else ""
@@ -781,9 +788,10 @@ def render_index(data: Mapping[str, Any]) -> str:
         "for a no-worse-than primary, supported is the expected answer; for two arms the "
         "exchange is a sign flip, a check of the effect's construction. The A/A placebo "
         "(<code>--placebo</code>) trains the baseline again through the method's path and "
-        "is flagged when it beats the baseline. Robustness reruns "
-        "the primary at each free setting's neighbours: a neighbour where a premise fails "
-        "is named as untestable there, not fragile. A tuned choice still on an edge of its "
-        f"search space may be short of the optimum.</p>{summary}{footnotes}"
+        "is flagged when it beats the baseline. Robustness reruns the primary of each decided "
+        "claim at its free settings' neighbours (the decisive one at quick), at the main "
+        "run's tuned choices: a neighbour where a premise fails is named as untestable "
+        "there, not fragile. Each arm is tuned once, on the first seed; a tuned choice still "
+        f"on an edge of its search space may be short of the optimum.</p>{summary}{footnotes}"
     )
     return page(f"normlab report ({scales})", CAVEAT_CSS + body, width=INDEX_WIDTH)
