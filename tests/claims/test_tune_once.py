@@ -169,3 +169,16 @@ def test_worker_processes_release_the_other_seeds_and_the_record_stays_current(t
     record = json.loads((tmp_path / "results.json").read_text())["claims"][0]
     assert _is_current(runner)(record)
     assert claim_record(results[0])["tasks"][1]["fixed"] == first.choices
+
+
+def test_the_placebo_tunes_once_on_its_own_first_seed_and_is_flagged(tmp_path, counted):
+    claim, calls = counted
+    (result,) = ClaimRunner(tmp_path, jobs=1).run(
+        [claim], "quick", robustness="none", placebo=True
+    )
+    placebo = [t for t in result.neighbours if t.override and "placebo" in t.override]
+    first, *others = sorted(placebo, key=lambda t: t.seed)
+    assert first.fixed is None and all(t.fixed == first.choices for t in others)
+    assert first.measurement["tuning"]["method"]["placebo_of"] == "baseline"
+    aa = result.verdict.placebo
+    assert aa["status"] == "run" and aa["flagged"], aa  # the handicapped baseline shows
