@@ -45,3 +45,28 @@ def test_largest_within_and_effective_rank():
     g = torch.Generator().manual_seed(0)
     low = torch.randn(2000, 2, generator=g) @ torch.randn(2, 16, generator=g)
     assert kvq.effective_rank(low) < 2.5 < 14 < kvq.effective_rank(torch.randn(4000, 16))
+
+
+def test_the_comparison_table_matches_storage_and_marks_a_missing_peer():
+    torch.manual_seed(0)
+    model = TinyGPT(GPTConfig(d_model=32, n_heads=1, n_layers=1, context=32)).eval()
+    x = torch.randint(0, 256, (4, 32))
+    kv = model.keys_values(torch.randint(0, 256, (16, 32)))
+    table = kvq.comparison_table(
+        model,
+        kv,
+        {"a": (x, x), "b": (x.flip(0), x.flip(0))},
+        bits=[1, 2],
+        window=8,
+        kmeans_iters=2,
+        oracle=kv,
+        peers={"absent": None},
+    )
+    for b in (1, 2):
+        nsn = table[f"nsn-{b}bit"]["bytes_per_token"]
+        for scheme in ("kmeans", "kivi"):
+            matched = table[f"{scheme}-matched-{b}bit"]
+            assert matched["bytes_per_token"] <= nsn or matched["bits"] == 1
+    assert table["absent-2bit"] == dict.fromkeys(table["nsn-2bit"])
+    assert table["kmeans-oracle-2bit"]["a_attn_err"] == table["kmeans-2bit"]["a_attn_err"]
+    assert 1.0 <= table["fp"]["key_rank"] <= 32 and table["fp"]["a_bpb"] > 0

@@ -14,7 +14,8 @@ stored bytes per prefix token. The model needs the public API of
 
 :func:`effective_rank` measures how low-dimensional the cached vectors are, the regime that
 decides whether a codebook calibrated on data (k-means) or one fitted to N(0, I) after NSN
-normalization fits them better.
+normalization fits them better. :func:`comparison_table` runs every scheme of the NSNQuant
+comparison on a set of domains, at nominal and at matched storage.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 from normlab.quant.nsn import IntKIVI, KMeansVQ, NSNQuantizer
 
 __all__ = [
+    "comparison_table",
     "effective_rank",
     "kivi_pairs",
     "kmeans_pairs",
@@ -219,3 +221,73 @@ def largest_within(
             break
         setting, row = setting + 1, bigger
     return {**row, "bits": setting}
+
+
+def comparison_table(
+    model: torch.nn.Module,
+    calibration: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    evals: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    *,
+    bits: Sequence[int],
+    window: int,
+    kmeans_iters: int,
+    oracle: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    peers: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
+    """Every scheme of the NSNQuant comparison, one :func:`scheme_row` each on ``evals``.
+
+    Rows: ``nsn-<b>bit``, ``kmeans-<b>bit`` (k-means VQ calibrated on the keys and values
+    ``calibration``) and ``kivi-<b>bit`` for each ``b`` in ``bits``; ``kmeans-matched-<b>bit``
+    and ``kivi-matched-<b>bit``, the largest setting storing no more bytes per token than
+    NSNQuant at ``b`` bits (its setting under ``"bits"``); ``<name>-2bit`` for each peer
+    quantizer in ``peers`` (name -> quantizer, or None when the peer is not installed: its
+    row is then empty of values); ``kmeans-oracle-2bit``, calibrated on ``oracle`` (the
+    evaluation domain itself); ``fp``: each domain's full-precision bits per byte and the
+    cache's mean key and value :func:`effective_rank` over layers.
+
+    Examples:
+        >>> from normlab.models.gpt import GPTConfig, TinyGPT
+        >>> _ = torch.manual_seed(0)
+        >>> model = TinyGPT(GPTConfig(d_model=16, n_heads=1, n_layers=1, context=16)).eval()
+        >>> x = torch.randint(0, 256, (2, 16))
+        >>> kv = model.keys_values(torch.randint(0, 256, (32, 16)))
+        >>> t = comparison_table(model, kv, {"code": (x, x)}, bits=[1], window=4, kmeans_iters=2)
+        >>> sorted(t)
+        ['fp', 'kivi-1bit', 'kivi-matched-1bit', 'kmeans-1bit', 'kmeans-matched-1bit', 'nsn-1bit']
+    """
+    layers = len(calibration)
+
+    def row(pairs: Sequence[Sequence[Any]]) -> dict[str, float]:
+        return scheme_row(model, evals, pairs, window)
+
+    def fit(b: int, data: Sequence[tuple[torch.Tensor, torch.Tensor]] = calibration) -> list:
+        return kmeans_pairs(data, b, iters=kmeans_iters, seed=seed)
+
+    fp = {
+        f"{name}_bpb": prefilled_cache_error(model, *xy, None, window)["bpb"]
+        for name, xy in evals.items()
+    }
+    for which, i in (("key", 0), ("value", 1)):
+        fp[f"{which}_rank"] = sum(effective_rank(t[i]) for t in calibration) / layers
+    table: dict[str, dict[str, float]] = {"fp": fp}
+    kmeans = {b: fit(b) for b in bits}
+    for b in bits:
+        table[f"nsn-{b}bit"] = row(nsn_pairs(b, layers, seed))
+        table[f"kmeans-{b}bit"] = row(kmeans[b])
+        table[f"kivi-{b}bit"] = row(kivi_pairs(b, layers))
+    for b in bits:
+        target = table[f"nsn-{b}bit"]["bytes_per_token"]
+        per_stage = table[f"kmeans-{b}bit"]["bytes_per_token"] / b
+        stages = max(1, math.floor(target / per_stage + 1e-9))
+        pairs = kmeans[b] if stages == b else fit(stages)
+        table[f"kmeans-matched-{b}bit"] = {**row(pairs), "bits": stages}
+        table[f"kivi-matched-{b}bit"] = largest_within(
+            target, lambda k: row(kivi_pairs(k, layers))
+        )
+    for name, quantizer in (peers or {}).items():
+        empty = dict.fromkeys(table[f"nsn-{bits[-1]}bit"])  # the peer is not installed
+        table[f"{name}-2bit"] = empty if quantizer is None else row([(quantizer,) * 2] * layers)
+    if oracle is not None:
+        table["kmeans-oracle-2bit"] = row(fit(2, oracle))
+    return table

@@ -8,7 +8,6 @@ tables minus k-means'; premise: the shift hurts calibrated k-means.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -60,51 +59,33 @@ def _kv(model: TinyGPT, split: str, config: Mapping[str, Any], seed: int):
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Per scheme: errors, bits per byte, bytes per token on tables, prose and code;
-    ``<scheme>-matched-<b>bit``: the largest setting storing no more than NSNQuant at ``b``
-    bits; ``kmeans-oracle-2bit``: calibrated on tables; ``fp``: the cache's effective rank."""
+    """Per scheme: errors, bits per byte, bytes per token on tables, prose and code
+    (:func:`normlab.probes.kv_quant.comparison_table`: NSNQuant, k-means calibrated on code,
+    KIVI, each also at NSNQuant's storage; HQQ and quanto; k-means calibrated on tables)."""
     seed_everything(seed)
     torch.set_num_threads(1)
     model = _model(config)
-    kv = _kv(model, "train", config, 10_000 + seed)
-    layers, window, iters = len(kv), config["window"], config["kmeans_iters"]
     evals = {
         name: _windows(split, config["eval_windows"], config["context"], 20_000 + seed)
         for split, name in _DOMAINS.items()
     }
-
-    def row(pairs: list) -> dict[str, float]:
-        return kvq.scheme_row(model, evals, pairs, window)
-
-    def fit(bits: int, data=kv) -> list:  # k-means VQ calibrated on ``data`` (code by default)
-        return kvq.kmeans_pairs(data, bits, iters=iters, seed=seed)
-
-    fp = {f"{n}_bpb": kvq.prefilled_cache_error(model, *xy, None, window)["bpb"]
-          for n, xy in evals.items()}  # fmt: skip
-    for which, i in (("key", 0), ("value", 1)):  # the regime: how low-rank the cache is
-        fp[f"{which}_rank"] = sum(kvq.effective_rank(t[i]) for t in kv) / layers
-    table: dict[str, dict[str, float]] = {"fp": fp}
-    kmeans = {b: fit(b) for b in config["bits"]}
-    for bits in config["bits"]:
-        table[f"nsn-{bits}bit"] = row(kvq.nsn_pairs(bits, layers, seed))
-        table[f"kmeans-{bits}bit"] = row(kmeans[bits])
-        table[f"kivi-{bits}bit"] = row(kvq.kivi_pairs(bits, layers))
-    for bits in config["bits"]:  # the largest setting storing no more than NSNQuant
-        target = table[f"nsn-{bits}bit"]["bytes_per_token"]
-        per_stage = table[f"kmeans-{bits}bit"]["bytes_per_token"] / bits
-        stages = max(1, math.floor(target / per_stage + 1e-9))
-        pairs = kmeans[bits] if stages == bits else fit(stages)
-        table[f"kmeans-matched-{bits}bit"] = {**row(pairs), "bits": stages}
-        kivi = kvq.largest_within(target, lambda b: row(kvq.kivi_pairs(b, layers)))
-        table[f"kivi-matched-{bits}bit"] = kivi
+    peers = {}
     for peer in config["peers"]:
         try:
-            quantizer = PeerQuantizer(peer, bits=2, group=config["peer_group"])
+            peers[peer] = PeerQuantizer(peer, bits=2, group=config["peer_group"])
         except ImportError:  # the peers extra is not installed: no value, not an error
-            table[f"{peer}-2bit"] = dict.fromkeys(table["nsn-2bit"])
-            continue
-        table[f"{peer}-2bit"] = row([(quantizer, quantizer)] * layers)
-    table["kmeans-oracle-2bit"] = row(fit(2, _kv(model, "tables", config, 30_000 + seed)))
+            peers[peer] = None
+    table = kvq.comparison_table(
+        model,
+        _kv(model, "train", config, 10_000 + seed),
+        evals,
+        bits=config["bits"],
+        window=config["window"],
+        kmeans_iters=config["kmeans_iters"],
+        oracle=_kv(model, "tables", config, 30_000 + seed),
+        peers=peers,
+        seed=seed,
+    )
     return {"table": table}
 
 
