@@ -161,3 +161,13 @@ def test_the_engine_records_the_late_share_of_each_chosen_run():
     ms = [run_arms(claim.config("quick"), s, train, _test, reference=5.0) for s in range(3)]
     states = {p.name: p.state for p in judge_claim(claim, ms).premises}
     assert states["method_converged"] == "held" and states["baseline_converged"] == "failed"
+
+
+def test_a_placebo_without_the_primarys_cells_is_not_available_and_says_why():
+    claim = _claim(GOOD)
+    config = {**claim.config("quick"), **placebo_override(claim)}
+    ms = [run_arms(config, s, _train, _test, reference=10.0) for s in range(3)]
+    for m in ms:
+        del m["table"]["method"]["acc"]  # e.g. rows named after the arm actually trained
+    out = judge_placebo(claim, ms)
+    assert out["status"] == "not available" and "No 'acc' for 'method'" in out["why"]

@@ -64,7 +64,8 @@ def judge_placebo(claim: Claim, measurements: Sequence[Measurement]) -> dict[str
         a fair comparison does 2.5% of the time, for superiority and non-inferiority
         primaries alike), or ``{"status":
         "not available", "why"}`` when the claim's run does not honour the placebo (it
-        does not go through :func:`normlab.claims.arms.run_arms`) or names no arms.
+        does not go through :func:`normlab.claims.arms.run_arms`, or it names rows after
+        the arm it trained, so the primary's cells are missing) or names no arms.
     """
     effect = placebo_effect(claim)
     if effect is None:
@@ -76,7 +77,14 @@ def judge_placebo(claim: Claim, measurements: Sequence[Measurement]) -> dict[str
             "tune_arms or normlab.claims.arms.run_arms), so it cannot train its baseline "
             "through the method's path",
         }
-    ev = judge_effect(effect, measurements, role="primary")
+    try:
+        ev = judge_effect(effect, measurements, role="primary")
+    except (KeyError, ValueError, TypeError) as err:  # a claim whose rows follow arm names
+        why = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+        return {
+            "status": "not available",
+            "why": f"the claim's run does not give the primary's cells under the placebo ({why})",
+        }
     upward = effect.direction in ("greater", "no_less")
     bound = claimed_bound(effect.direction, effect.margin.value)
     side = [v > bound if upward else v < bound for v in ev.values]
