@@ -43,3 +43,19 @@ def test_rank_correlation_matches_the_claims_spearman():
         b = torch.rand(7, generator=g).tolist()
         x, y = spearman(a, b), rank_correlation(a, b)
         assert (math.isnan(x) and math.isnan(y)) or abs(x - y) < 1e-12
+
+
+def test_the_residual_scaling_table_names_its_rows_and_keeps_the_control():
+    from normlab.models.gpt import GPTConfig, TinyGPT
+    from normlab.probes.numerics import residual_scaling_errors, residual_scaling_table
+
+    torch.manual_seed(0)
+    model = TinyGPT(GPTConfig(d_model=16, n_layers=2, n_heads=2, context=8))
+    idx = torch.randint(0, 256, (2, 8))
+    rows, curves = residual_scaling_table(model, idx, [0.5, 4.0], {"mild": 4.0})
+    assert rows["gpt-mild"] == rows["gpt-s4"] and set(curves) == {"0.5", "1", "4"}
+    assert (
+        rows["gpt-s4"]["rel_err_final"] == residual_scaling_errors(model, idx, 4.0)["errors"][-1]
+    )
+    fp16, bf16 = rows["gpt-s1-fp16"]["rel_err_final"], rows["gpt-s1"]["rel_err_final"]
+    assert fp16 < bf16  # fp16 keeps 3 more mantissa bits than bf16 at these magnitudes

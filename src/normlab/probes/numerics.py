@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +64,7 @@ __all__ = [
     "outlier_sweep",
     "rank_correlation",
     "residual_scaling_errors",
+    "residual_scaling_table",
     "sink_sweep",
     "sweep_table",
     "unit_roundoff",
@@ -340,6 +341,42 @@ def residual_scaling_errors(
     low, _ = scaled.to(dtype).trunk(idx)
     errors = [float((lo.double() - r).norm() / r.norm()) for lo, r in zip(low, ref, strict=True)]
     return {"errors": errors, "growth": float(ref[-1].norm() / ref[0].norm())}
+
+
+def residual_scaling_table(
+    model: torch.nn.Module,
+    idx: torch.Tensor,
+    scales: Sequence[float],
+    named: Mapping[str, float] | None = None,
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, Any]]]:
+    """:func:`residual_scaling_errors` in bf16 at every scale in ``scales`` and 1, as table
+    rows and curves.
+
+    Returns:
+        ``(rows, curves)``: ``rows["gpt-s<s>"] = {"rel_err_final", "growth"}`` per scale
+        (``<s>`` as ``f"{s:g}"``), ``rows["gpt-<name>"]`` the row of each ``named`` scale,
+        and ``rows["gpt-s1-fp16"]``, the unscaled model in fp16 (a positive control: a
+        known change of precision); ``curves[f"{s:g}"]`` the full record per scale.
+
+    Examples:
+        >>> from normlab.models.gpt import GPTConfig, TinyGPT
+        >>> _ = torch.manual_seed(0)
+        >>> model = TinyGPT(GPTConfig(d_model=16, n_layers=2, n_heads=2, context=8))
+        >>> rows, curves = residual_scaling_table(model, torch.randint(0, 256, (1, 8)),
+        ...                                       [4.0], {"mild": 4.0})
+        >>> sorted(rows), sorted(curves)
+        (['gpt-mild', 'gpt-s1', 'gpt-s1-fp16', 'gpt-s4'], ['1', '4'])
+    """
+    rows: dict[str, dict[str, float]] = {}
+    curves: dict[str, dict[str, Any]] = {}
+    for s in sorted({1.0, *scales, *(named or {}).values()}):
+        rec = curves[f"{s:g}"] = residual_scaling_errors(model, idx, s)
+        rows[f"gpt-s{s:g}"] = {"rel_err_final": rec["errors"][-1], "growth": rec["growth"]}
+    for name, s in (named or {}).items():
+        rows[f"gpt-{name}"] = rows[f"gpt-s{s:g}"]
+    control = residual_scaling_errors(model, idx, 1.0, torch.float16)
+    rows["gpt-s1-fp16"] = {"rel_err_final": control["errors"][-1], "growth": control["growth"]}
+    return rows, curves
 
 
 def rank_correlation(a: Sequence[float], b: Sequence[float]) -> float:

@@ -37,7 +37,7 @@ from normlab.papers import paper
 from normlab.probes.numerics import (
     bound_failures,
     norm_sweeps,
-    residual_scaling_errors,
+    residual_scaling_table,
     sink_sweep,
     sweep_table,
 )
@@ -56,15 +56,8 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     gpt, log = train_lm(gpt_config, lm_train_config(config), seed)
     gen = torch.Generator().manual_seed(seed)  # the test split: disjoint from selection
     idx, _ = sample_batch(corpus("test"), config["probe_batch"], gpt.config.context, gen)
-    table: dict[str, dict[str, float]] = {}
-    curves: dict[str, Any] = {}
-    mild, large = float(config["mild_scale"]), float(config["large_scale"])
-    for s in sorted({1.0, mild, large, *config["scales"]}):
-        rec = curves[f"{s:g}"] = residual_scaling_errors(gpt, idx, s)
-        table[f"gpt-s{s:g}"] = {"rel_err_final": rec["errors"][-1], "growth": rec["growth"]}
-    table["gpt-mild"], table["gpt-large"] = table[f"gpt-s{mild:g}"], table[f"gpt-s{large:g}"]
-    control = residual_scaling_errors(gpt, idx, 1.0, torch.float16)
-    table["gpt-s1-fp16"] = {"rel_err_final": control["errors"][-1], "growth": control["growth"]}
+    named = {"mild": float(config["mild_scale"]), "large": float(config["large_scale"])}
+    table, curves = residual_scaling_table(gpt, idx, config["scales"], named)
     sizes = {k: config[k] for k in ("d", "rows", "n")}
     sweeps = sweep_table(config["outliers"], config["sinks"], **sizes, dtypes=_DTYPES, seed=seed)
     out = {"table": {**table, **sweeps.pop("rows")}, "scaling": curves, **sweeps}
@@ -200,6 +193,8 @@ _FREE = (
     FreeSetting.scaled("probe_batch", "normlab's choice: sequences of the stream probe"),
     *lm_free("steps", "batch", "lr"),
 )
+_FULL_OUTLIERS = [1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1e3, 3e3, 1e4]
+_FULL_SINKS = [0.0, 1.0, 2.0, 5.0, 8.0, 10.0, 12.0, 20.0, 40.0, 80.0]
 #: seeds, d, rows, n, outliers, sinks, scales, probe_batch, GPT shape, steps, batch, lr
 _CONFIGS = {
     "smoke": _config(
@@ -213,8 +208,8 @@ _CONFIGS = {
         768,
         64,
         512,
-        [1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1e3, 3e3, 1e4],
-        [0.0, 1.0, 2.0, 5.0, 8.0, 10.0, 12.0, 20.0, 40.0, 80.0],
+        _FULL_OUTLIERS,
+        _FULL_SINKS,
         _SCALES,
         16,
         (128, 4, 4, 128),
