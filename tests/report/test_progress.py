@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -61,3 +62,16 @@ def test_cached_tasks_cost_nothing_and_previous_times_are_read(tmp_path):
     eta = Estimate([("a", 0)], expected={("a", 0): 12.5}, clock=Clock())
     eta.finished(("a", 0), 12.5, cached=True)
     assert eta.seconds_left() == 0.0 and eta.work_done == 0.0
+
+
+def test_skipped_robustness_reruns_leave_the_totals_and_the_estimate():
+    from rich.console import Console
+
+    from normlab.claims.progress import ClaimProgress
+    from tests.claims._planted import OK as claim
+
+    with open(os.devnull, "w") as sink:
+        bars = ClaimProgress([claim], "quick", console=Console(file=sink), robustness="all")
+        assert bars.total == 3 + 1 + 2 * 3  # seeds, checks, a free setting's two neighbours
+        bars.skip(claim.id, 2 * 3)
+        assert bars.total == 4 and len(bars.estimate.left) == 4
