@@ -230,13 +230,13 @@ CLAIM = register_claim(
         ),
         scale_note="the path's best validation point up to max_remove removals instead of "
         "TALE's tolerance stop; no LLM experiment.",
-        # seeds >= 12 at quick: the per-seed gains are bimodal (k = 0 or not)
+        # seeds >= 12 (full 20): the per-seed gains are bimodal (k = 0 or not)
         configs={
             scale: {**_COMMON, **dict(zip(_SIZES, values, strict=True))}
             for scale, values in (
                 ("smoke", (1, 16, 4, 1, 40, 512, 64, 2)),
                 ("quick", (14, 32, 16, 2, 400, 4096, 256, 8)),
-                ("full", (10, 64, 24, 6, 3000, 16384, 1024, 32)),
+                ("full", (20, 64, 24, 6, 3000, 16384, 1024, 32)),
             )
         },
         run=run,
