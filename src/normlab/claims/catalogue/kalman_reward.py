@@ -227,7 +227,7 @@ CLAIM = register_claim(
         "convergence and reduce training variance compared to standard normalization.",
         configs={
             "smoke": _config(1, 8, 0, [1e-2], {"lr": [1e-2], "q": [1e-2], "r": [1e-1]}),
-            "quick": _config(8, 160, 1, _LRS, _KALMAN),
+            "quick": _config(8, 160, 2, _LRS, _KALMAN),
             "full": _config(20, 1000, 2, _LRS, _KALMAN),
         },
         run=run,
@@ -235,8 +235,8 @@ CLAIM = register_claim(
             "PPO actor-critic (4-32-2 policy, 4-32-1 critic, tanh, Adam, gamma 0.99, 5 "
             "epochs, clip 0.2, 8 episodes per update) on CartPole-v1, returns z-scored per "
             "episode or Kalman-filtered (x0 0, P0 1) per episode (primary) or per step "
-            "(secondary); 8 trials per arm on a validation run, each edge choice extended one "
-            "step along its axis (z-score: 8 lrs; Kalman: lr x Q x R, 2 x 2 x 2), the choice "
+            "(secondary); 8 trials per arm on a validation run, an edge choice extended up to "
+            "two steps per axis (z-score: 8 lrs; Kalman: lr x Q x R, 2 x 2 x 2), the choice "
             "retrained on the test seed. Secondary: REINFORCE, per-episode Kalman vs running "
             "mean/std, tuned the same way."
         ),

@@ -126,7 +126,7 @@ def _search(lrs: list[float], macro_lrs: list[float], adam_lrs: list[float], ext
 
 
 _SMOKE = _search([3e-3], [0.05], [3e-3], 0)
-_QUICK = _search([3e-2, 1e-1], [0.01, 0.03], [1e-3, 2e-3, 4e-3, 8e-3], 1)
+_QUICK = _search([3e-2, 1e-1], [0.01, 0.03], [1e-3, 2e-3, 4e-3, 8e-3], 2)
 _FULL = _search([1e-3, 2e-3, 4e-3], [0.01, 0.02, 0.05], [1e-3 * 2.0**k for k in range(-4, 5)], 2)
 
 

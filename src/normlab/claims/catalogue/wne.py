@@ -210,7 +210,7 @@ CLAIM = register_claim(
         "step; quick) on held-out images at in-range noise; test PSNR at 15/25/50 with noise "
         "drawn per seed.",
         scale_note=(
-            "quick: 200 steps, lr grid {1e-3, 3e-3} + 1 edge step; full: 5000 steps, grid "
+            "quick: 200 steps, lr grid {1e-3, 3e-3} + 2 edge steps; full: 5000 steps, grid "
             "{1e-4 .. 3e-3}; the paper trains full-size denoisers on natural images."
         ),
         configs={
@@ -228,7 +228,7 @@ CLAIM = register_claim(
                 **_COMMON,
                 "steps": 200,
                 **_images(1000, 100, 200),
-                "search": {"arms": _ARMS, "space": {"lr": [1e-3, 3e-3]}, "extend": 1},
+                "search": {"arms": _ARMS, "space": {"lr": [1e-3, 3e-3]}, "extend": 2},
             },
             "full": {
                 "seeds": 10,

@@ -224,7 +224,7 @@ CLAIM = register_claim(
             "Plain CNN (conv3x3 + activation x depth, no BN, no residual, He init, average "
             "pool, linear head) on sklearn digits (stratified 75/25 split by seed, 200 training "
             "images held out for validation); Adam, each (activation, depth) arm's lr tuned on "
-            "validation over {1e-3, 3e-3} +1 edge step (full: {3e-4, 1e-3, 3e-3}); ReLU vs "
+            "validation over {1e-3, 3e-3} +2 edge steps (full: {3e-4, 1e-3, 3e-3}); ReLU vs "
             "Swish vs learned-beta Swish (ZCSwish(centred=False)) vs ZC-Swish (learned "
             "per-channel beta) at depths 8 and 16 (full: also 32)."
         ),
@@ -237,7 +237,7 @@ CLAIM = register_claim(
         configs={
             "smoke": _config(1, [8, 16], 4, 1, 128, [3e-3], extend=0, n_val=100),
             # Budget cut: two lr values, every choice on an edge: one extension step each.
-            "quick": _config(6, [8, 16], 32, 3, 512, [1e-3, 3e-3]),
+            "quick": _config(6, [8, 16], 32, 3, 512, [1e-3, 3e-3], extend=2),
             "full": _config(10, [8, 16, 32], 32, 30, None, [3e-4, 1e-3, 3e-3]),
         },
         run=run,
