@@ -235,8 +235,8 @@ CLAIM = register_claim(
             }
             for scale, seeds, batch, variants in (
                 ("smoke", 1, 16, list(_SPARSE)),
-                ("quick", 5, 16, ["weight-decay"]),  # the budget: two trials of two arms
-                ("full", 5, 32, [*_SPARSE, "ln-scaling"]),
+                ("quick", 7, 16, ["weight-decay"]),  # 7: the late share's spread over 5
+                ("full", 7, 32, [*_SPARSE, "ln-scaling"]),
             )
         },
         run=run,
