@@ -196,9 +196,11 @@ def test_exclusive_claims_run_alone_after_the_others(tmp_path, planted):
 @pytest.mark.slow
 def test_ray_backend(tmp_path, planted):
     pytest.importorskip("ray")
-    claim = planted["planted-ok"]
-    (result,) = ClaimRunner(tmp_path, jobs=2, backend="ray").run([claim], "quick")
-    assert result.label == "supported"
+    claim, tuned = planted["planted-ok"], planted["planted-handicap"]
+    ok, handicap = ClaimRunner(tmp_path, jobs=2, backend="ray").run([claim, tuned], "quick")
+    assert ok.label == "supported"
+    first, *others = handicap.tasks  # the tuning seed releases the others on Ray too
+    assert first.choices and len(others) == 4 and all(t.fixed == first.choices for t in others)
 
 
 _SCRIPT = """
