@@ -19,6 +19,7 @@ beta, and bits per byte in full precision, under Bondarenko et al.'s per-tensor 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,13 +32,16 @@ from normlab.probes.hooks import adapt
 from normlab.probes.outliers import outlier_stats
 from normlab.probes.sinks import sink_stats
 from normlab.quant.model import calibrate, quantized
-from normlab.training.lm import LMTrainConfig, evaluate_bpb, load_snapshot
+from normlab.training.lm import LMTrainConfig, evaluate_bpb, load_snapshot, train_lm
 
 __all__ = [
+    "ATTNRES",
     "MEASURED",
+    "SOFTMAX1",
     "VARIANTS",
     "coupling",
     "measure",
+    "train_variant",
     "trajectory",
     "variant_config",
     "variant_train_config",
@@ -52,10 +56,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "attnres+gated": {"residual": "attnres", "gated_attention": True},
     "oasis": {"residual": "oasis", "score": "softmax1"},
 }
+#: OASIS without the null coupling (the seed claim's primary baseline).
+SOFTMAX1 = "attnres+softmax1"
+#: AttnRes with plain softmax (CLAIMS.md's named baseline).
+ATTNRES = "attnres"
 #: What :func:`measure` reports (NaN for a diverged run).
-MEASURED = ("max_inf_norm", "avg_kurtosis", "sink_score", "first_token_mass", "null_mass",
-            "fp_bpb", "beta", "w8a8_bpb", "w4a4_bpb", "w8a8_degradation",
-            "w4a4_degradation")  # fmt: skip
+MEASURED = (
+    *("max_inf_norm", "avg_kurtosis", "sink_score", "first_token_mass", "null_mass", "fp_bpb"),
+    *("beta", "w8a8_bpb", "w4a4_bpb", "w8a8_degradation", "w4a4_degradation"),
+)
 
 
 def variant_config(name: str, config: Mapping[str, Any]) -> GPTConfig:
@@ -140,8 +149,8 @@ def trajectory(
     :func:`variant_train_config`) at each stored snapshot and at the end of training."""
     gpt, tc = variant_config(name, config), variant_train_config(config, name)
     probe = _windows("test", config["probe_sequences"], gpt.context, 20_000 + seed)
-    out: dict[str, list[float]] = {"step": [], "avg_kurtosis": [], "max_inf_norm": [],
-                                   "sink_score": []}  # fmt: skip
+    keys = ("step", "avg_kurtosis", "max_inf_norm", "sink_score")
+    out: dict[str, list[float]] = {k: [] for k in keys}
     for step in (*tc.snapshots, tc.steps):
         snap = model if step == tc.steps else load_snapshot(gpt, tc, seed, step)
         outliers, sinks = outlier_stats(snap, probe.split(8)), sink_stats(snap, probe.split(8))
@@ -149,4 +158,34 @@ def trajectory(
         out["avg_kurtosis"].append(outliers.avg_kurtosis)
         out["max_inf_norm"].append(outliers.max_inf_norm)
         out["sink_score"].append(sinks.sink_score)
+    return out
+
+
+def train_variant(
+    name: str, config: Mapping[str, Any], seed: int, probe_trajectory: bool = False
+) -> dict[str, Any]:
+    """Train variant ``name`` (:func:`variant_config`, :func:`variant_train_config`; cached by
+    :func:`~normlab.training.lm.train_lm`) and measure it (:func:`measure` with ``config``'s
+    ``probe_sequences``, ``calibration_sequences``, ``eval_batches``, plus ``train_seconds``).
+
+    Returns ``row``; where training diverged, ``diverged`` (the log's record) and a row of NaN
+    (no outliers to measure on NaN weights); else ``curve`` (validation bits per byte by
+    step), for OASIS ``beta`` (the coupling at step 0, at each snapshot and at the end) and,
+    with ``probe_trajectory``, ``trajectory`` (:func:`trajectory` over the snapshots).
+    """
+    gpt, tc = variant_config(name, config), variant_train_config(config, name)
+    model, log = train_lm(gpt, tc, seed)
+    if log.get("diverged"):
+        row = {**dict.fromkeys(MEASURED, math.nan), "train_seconds": log["seconds"]}
+        return {"row": row, "diverged": log["diverged"]}
+    sizes = ("probe_sequences", "calibration_sequences", "eval_batches")
+    row = measure(model, *(config[k] for k in sizes), seed)
+    curve = {"step": log["eval_step"], "val_bpb": log["val_bpb"]}
+    out: dict[str, Any] = {"row": {**row, "train_seconds": float(log["seconds"])}, "curve": curve}
+    if name == "oasis":
+        steps = [0, *tc.snapshots, tc.steps]
+        models = [TinyGPT(gpt), *(load_snapshot(gpt, tc, seed, s) for s in tc.snapshots)]
+        out["beta"] = {"step": steps, "beta": [*map(coupling, models), row["beta"]]}
+    if probe_trajectory:
+        out["trajectory"] = trajectory(config, name, model, seed)
     return out

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 from normlab.claims import get_claim
-from normlab.claims.catalogue.oasis import ATTNRES as BASELINE
-from normlab.claims.catalogue.oasis import SOFTMAX1
 from normlab.claims.rule import judge_claim
-from normlab.training.oasis import VARIANTS, variant_config, variant_train_config
+from normlab.training.oasis import ATTNRES as BASELINE
+from normlab.training.oasis import SOFTMAX1, VARIANTS, variant_config, variant_train_config
 
 CLAIM = get_claim("oasis")
 

@@ -22,7 +22,6 @@ probed on their stored snapshots (the figure's first panel).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,17 +38,11 @@ from normlab.claims.core import (
     difference,
     register_claim,
 )
-from normlab.models.gpt import TinyGPT
 from normlab.papers import paper
 from normlab.training import oasis as T
-from normlab.training.lm import load_snapshot, train_lm
+from normlab.training.oasis import ATTNRES, SOFTMAX1
 
 __all__ = ["CLAIM", "run"]
-
-#: The primary's baseline: OASIS without the null coupling.
-SOFTMAX1 = "attnres+softmax1"
-#: AttnRes with plain softmax (CLAIMS.md's named baseline; a secondary).
-ATTNRES = "attnres"
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -58,47 +51,60 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     table: dict[str, dict[str, float]] = {}
     curves: dict[str, Any] = {"trajectory": {}}
     diverged: dict[str, Any] = {}
-    sizes = ("probe_sequences", "calibration_sequences", "eval_batches")
     for name in config["variants"]:
-        gpt, tc = T.variant_config(name, config), T.variant_train_config(config, name)
-        model, log = train_lm(gpt, tc, seed)
-        if log.get("diverged"):  # no outliers to measure on NaN weights: counted as declared
-            diverged[name] = log["diverged"]
-            table[name] = {**dict.fromkeys(T.MEASURED, math.nan), "train_seconds": log["seconds"]}
+        probed = seed == 0 and name in ("pre-ln", ATTNRES)
+        out = T.train_variant(name, config, seed, probe_trajectory=probed)
+        table[name] = out["row"]
+        if "diverged" in out:  # no outliers to measure on NaN weights: counted as declared
+            diverged[name] = out["diverged"]
             continue
-        row = T.measure(model, *(config[k] for k in sizes), seed)
-        table[name] = {**row, "train_seconds": float(log["seconds"])}
-        curves[name] = {"step": log["eval_step"], "val_bpb": log["val_bpb"]}
-        if name == "oasis":  # beta's trajectory over the stored snapshots
-            steps = [0, *tc.snapshots, tc.steps]
-            models = [TinyGPT(gpt), *(load_snapshot(gpt, tc, seed, s) for s in tc.snapshots)]
-            curves["beta"] = {"step": steps, "beta": [*map(T.coupling, models), row["beta"]]}
-        if seed == 0 and name in ("pre-ln", ATTNRES):
-            curves["trajectory"][name] = T.trajectory(config, name, model, seed)
+        curves[name] = out["curve"]
+        if "beta" in out:  # OASIS's beta over the stored snapshots
+            curves["beta"] = out["beta"]
+        if probed:
+            curves["trajectory"][name] = out["trajectory"]
     out = {"table": table, "curves": curves}
     return {**out, "diverged": diverged} if diverged else out
 
 
 #: A diverged variant has no outliers to measure: it counts as exploded activations (its
 #: max inf-norm and kurtosis 1e6) and as fully broken by quantization (8 bpb degradation).
-_IF_DIVERGED = {"max_inf_norm": 1e6, "avg_kurtosis": 1e6, "sink_score": 1.0,
-                "w8a8_degradation": UNIFORM_BPB, "w4a4_degradation": UNIFORM_BPB}  # fmt: skip
+_IF_DIVERGED = {"max_inf_norm": 1e6, "avg_kurtosis": 1e6, "sink_score": 1.0}
+_IF_DIVERGED |= {"w8a8_degradation": UNIFORM_BPB, "w4a4_degradation": UNIFORM_BPB}
+_LESS = {"direction": "less", "if_diverged": _IF_DIVERGED}
+_GREATER = {"direction": "greater", "if_diverged": _IF_DIVERGED}
+_PAIR = ("oasis", ATTNRES)
+_PANELS = ("max_inf_norm", "avg_kurtosis", "w4a4_degradation")
 
 
 def _relative(metric: str, baseline: str, method: str = "oasis") -> Any:
     return lambda m: cell(m, method, metric) / cell(m, baseline, metric) - 1.0
 
 
-def _outlier(name: str, metric: str, baseline: str, margin: Margin, description: str) -> Effect:
-    return Effect(name, description, _relative(metric, baseline), direction="less",
-                  margin=margin, method="oasis", baseline=baseline,
-                  if_diverged=_IF_DIVERGED)  # fmt: skip
+def _at(arm: str, metric: str) -> Any:
+    return lambda m: cell(m, arm, metric)
+
+
+def _outlier(name, metric, baseline, margin, what, method="oasis", direction="less") -> Effect:
+    fn, arms = _relative(metric, baseline, method), {"method": method, "baseline": baseline}
+    return Effect(name, what, fn, direction, margin, **arms, if_diverged=_IF_DIVERGED)
+
+
+def _degrades(q: str) -> Premise:
+    """The premise that quantization ``q`` degrades AttnRes (gates ``<q>_smaller``)."""
+    name, gates = f"baseline_degrades_{q}", (f"{q}_smaller",)
+    what, fn = f"AttnRes's {q.upper()} minus full-precision bpb", _at(ATTNRES, f"{q}_degradation")
+    return Premise(name, what, fn, margin=_QUANT_MARGIN, unit="bpb", gates=gates, **_GREATER)
+
+
+def _at_least(name, what, arm, metric, threshold, source) -> Precondition:
+    """``arm``'s ``metric`` at least ``threshold``; gates the effects of :data:`_GATES`."""
+    return Precondition(name, what, _at(arm, metric), ">=", threshold, source, _GATES[name])
 
 
 def _quant(name: str, metric: str) -> Effect:
     what = f"OASIS minus AttnRes {metric.replace('_', ' ')} (bits per byte)"
-    return difference(name, what, "oasis", ATTNRES, metric, direction="less",
-                      margin=_QUANT_MARGIN, unit="bpb", if_diverged=_IF_DIVERGED)  # fmt: skip
+    return difference(name, what, *_PAIR, metric, margin=_QUANT_MARGIN, unit="bpb", **_LESS)
 
 
 def _figure(measurements: Sequence[dict[str, Any]]):
@@ -106,17 +112,14 @@ def _figure(measurements: Sequence[dict[str, Any]]):
 
     names = list(measurements[0]["table"])
     fig, axes = plt.subplots(1, 5, figsize=(20, 3.6))
-    paths = next((m["curves"]["trajectory"] for m in measurements
-                  if m["curves"].get("trajectory")), {})  # fmt: skip
+    paths = next(filter(None, (m["curves"].get("trajectory") for m in measurements)), {})
     for k, (name, c) in enumerate(paths.items()):
         axes[0].plot(c["step"], c["avg_kurtosis"], "o-", color=f"C{k}", label=f"{name} kurtosis")
         axes[0].plot(c["step"], c["max_inf_norm"], "s--", color=f"C{k}", label=f"{name} inf")
     axes[0].axhline(10.0, color="k", lw=0.6, ls=":")
     axes[0].set(yscale="log", xlabel="step", title="seed 0 over training")
     axes[0].legend(fontsize=7)
-    for ax, metric in zip(
-        axes[1:4], ("max_inf_norm", "avg_kurtosis", "w4a4_degradation"), strict=True
-    ):
+    for ax, metric in zip(axes[1:4], _PANELS, strict=True):
         for k, m in enumerate(measurements):
             values = [m["table"][n].get(metric, float("nan")) for n in names]
             ax.scatter(range(len(names)), values, color=f"C{k}", alpha=0.8, label=f"seed {k}")
@@ -131,8 +134,8 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     return fig
 
 
-_BASE = {"d_model": 128, "n_layers": 2, "n_heads": 4, "context": 64, "batch": 16, "lr": 6e-3,
-         "weight_decay": 0.0, "beta_init": 0.0, "beta_lr_scale": 30.0}  # fmt: skip
+_BASE = {"d_model": 128, "n_layers": 2, "n_heads": 4, "context": 64, "batch": 16, "lr": 6e-3}
+_BASE |= {"weight_decay": 0.0, "beta_init": 0.0, "beta_lr_scale": 30.0}
 #: Quick's variants: the primary's pair, AttnRes (softmax) and pre-LN (the paper's premise).
 _QUICK_VARIANTS = ["pre-ln", ATTNRES, SOFTMAX1, "oasis"]
 _NEIGHBOURS = ([*_QUICK_VARIANTS, "attnres+clipped"], [*_QUICK_VARIANTS, "attnres+gated"])
@@ -141,56 +144,52 @@ _KURT_MARGIN = Margin(0.01, "normlab's choice: 1%, below the seed's average 2.60
 _QUANT_MARGIN = Margin(0.01, "normlab's choice: 0.01 bpb, about the seed-to-seed spread")
 _OUTLIER_GATED = ("inf_norm_lower", "kurtosis_lower", "inf_norm_lower_vs_attnres")
 _COUPLED = ("inf_norm_lower", "kurtosis_lower")
-_KURT10 = Margin(10.0, "normlab's choice: a Gaussian's is 3, LLM outlier features' hundreds "
-                 "(Bondarenko et al.); below 10 there are no outliers to tame")  # fmt: skip
-_PRIMARY = _outlier("inf_norm_lower", "max_inf_norm", SOFTMAX1, _INF_MARGIN, "the null "
-                    "coupling alone: OASIS max inf-norm over AttnRes+Softmax1's - 1")  # fmt: skip
+_GATES = {"sinks_present": ("sink_lower",), "coupling_on": _COUPLED}
+_KURT10 = "normlab's choice: a Gaussian's is 3, LLM outlier features' hundreds "
+_KURT10 = Margin(10.0, _KURT10 + "(Bondarenko et al.); below 10 there are no outliers to tame")
+_KURT_KW = {"margin": _KURT10, "gates": _OUTLIER_GATED, **_GREATER}
+_ALONE = "the null coupling alone: OASIS "
+_INF_WHAT = _ALONE + "max inf-norm over AttnRes+Softmax1's - 1"
+_PRIMARY = _outlier("inf_norm_lower", "max_inf_norm", SOFTMAX1, _INF_MARGIN, _INF_WHAT)
+_KURT_WHAT = _ALONE + "average kurtosis over AttnRes+Softmax1's, minus 1"
+_VS_ATTNRES = "OASIS max inf-norm over AttnRes's (plain softmax: Softmax1 and coupling), minus 1"
+_PREMISE_WHAT = "the paper's premise, reported ungated: AttnRes (softmax) max inf-norm over "
+_PREMISE_WHAT += "pre-LN's, minus 1"
+_SINK_MARGIN = Margin(0.02, "normlab's choice: 2 points of 0-1")
+_SINK_WHAT = "OASIS minus AttnRes sink score"
+_WORSENS = ("attnres_worsens_outliers", "max_inf_norm", "pre-ln", _INF_MARGIN, _PREMISE_WHAT)
 _SECONDARY = (
-    _outlier("kurtosis_lower", "avg_kurtosis", SOFTMAX1, _KURT_MARGIN,
-             "the null coupling alone: OASIS average kurtosis over AttnRes+Softmax1's, minus 1"),
-    _outlier("inf_norm_lower_vs_attnres", "max_inf_norm", ATTNRES, _INF_MARGIN,
-             "OASIS max inf-norm over AttnRes's (plain softmax: Softmax1 and coupling), minus 1"),
+    _outlier("kurtosis_lower", "avg_kurtosis", SOFTMAX1, _KURT_MARGIN, _KURT_WHAT),
+    _outlier("inf_norm_lower_vs_attnres", "max_inf_norm", ATTNRES, _INF_MARGIN, _VS_ATTNRES),
     _quant("w8a8_smaller", "w8a8_degradation"),
     _quant("w4a4_smaller", "w4a4_degradation"),
-    difference("sink_lower", "OASIS minus AttnRes sink score", "oasis", ATTNRES, "sink_score",
-               direction="less", margin=Margin(0.02, "normlab's choice: 2 points of 0-1"),
-               if_diverged=_IF_DIVERGED),
-    Effect("attnres_worsens_outliers", "the paper's premise, reported ungated: AttnRes "
-           "(softmax) max inf-norm over pre-LN's, minus 1",
-           _relative("max_inf_norm", "pre-ln", ATTNRES), direction="greater",
-           margin=_INF_MARGIN, method=ATTNRES, baseline="pre-ln", if_diverged=_IF_DIVERGED),
-)  # fmt: skip
+    difference("sink_lower", _SINK_WHAT, *_PAIR, "sink_score", margin=_SINK_MARGIN, **_LESS),
+    _outlier(*_WORSENS, method=ATTNRES, direction="greater"),
+)
+_KURT_PREMISE = "AttnRes+Softmax1's (the primary's baseline) average kurtosis"
 _PREMISES = (
-    Premise("outliers_present", "AttnRes+Softmax1's (the primary's baseline) average kurtosis",
-            lambda m: cell(m, SOFTMAX1, "avg_kurtosis"), direction="greater", margin=_KURT10,
-            gates=_OUTLIER_GATED, if_diverged=_IF_DIVERGED),
-    *(Premise(f"baseline_degrades_{q}", f"AttnRes's {q.upper()} minus full-precision bpb",
-              lambda m, q=q: cell(m, ATTNRES, f"{q}_degradation"), direction="greater",
-              margin=_QUANT_MARGIN, unit="bpb", gates=(f"{q}_smaller",),
-              if_diverged=_IF_DIVERGED) for q in ("w8a8", "w4a4")),
-)  # fmt: skip
+    Premise("outliers_present", _KURT_PREMISE, _at(SOFTMAX1, "avg_kurtosis"), **_KURT_KW),
+    *map(_degrades, ("w8a8", "w4a4")),
+)
+_SINKS = "normlab's choice: at least 30% of heads sink (Gu et al.'s score)"
+_ON = "normlab's choice: below 0.05 the null term moves the depth logits by < 0.05 and OASIS is "
+_ON += "AttnRes+Softmax1"
+_BETA = "OASIS's learned null coupling beta, mean over its routers"
 _PRECONDITIONS = (
-    Precondition("sinks_present", "AttnRes's sink score",
-                 lambda m: cell(m, ATTNRES, "sink_score"), op=">=", threshold=0.3,
-                 source="normlab's choice: at least 30% of heads sink (Gu et al.'s score)",
-                 gates=("sink_lower",)),
-    Precondition("coupling_on", "OASIS's learned null coupling beta, mean over its routers",
-                 lambda m: cell(m, "oasis", "beta"), op=">=", threshold=0.05,
-                 source="normlab's choice: below 0.05 the null term moves the depth logits by "
-                 "< 0.05 and OASIS is AttnRes+Softmax1", gates=_COUPLED),
-)  # fmt: skip
+    _at_least("sinks_present", "AttnRes's sink score", ATTNRES, "sink_score", 0.3, _SINKS),
+    _at_least("coupling_on", _BETA, "oasis", "beta", 0.05, _ON),
+)
+_SIZES = ("steps", "probe_sequences", "calibration_sequences", "eval_batches")
 _CONFIGS = {
-    "smoke": {**_BASE, "seeds": 1, "d_model": 32, "n_layers": 1, "n_heads": 2,
-              "context": 32, "batch": 4, "steps": 5, "probe_sequences": 8,
-              "calibration_sequences": 8, "eval_batches": 1,
-              "variants": _QUICK_VARIANTS},
-    "quick": {**_BASE, "seeds": 7, "batch": 8, "steps": 150, "probe_sequences": 32,
-              "calibration_sequences": 16, "eval_batches": 4,
-              "variants": _QUICK_VARIANTS},
-    "full": {**_BASE, "seeds": 5, "n_layers": 4, "context": 128, "batch": 32,
-             "steps": 2000, "probe_sequences": 128, "calibration_sequences": 64,
-             "eval_batches": 16, "variants": list(T.VARIANTS)},
-}  # fmt: skip
+    "smoke": {**_BASE, "seeds": 1, "d_model": 32, "n_layers": 1, "n_heads": 2, "context": 32},
+    "quick": {**_BASE, "seeds": 7, "batch": 8, "variants": _QUICK_VARIANTS},
+    "full": {**_BASE, "seeds": 5, "n_layers": 4, "context": 128, "batch": 32},
+}
+_CONFIGS["smoke"] |= {"batch": 4, **dict(zip(_SIZES, (5, 8, 8, 1), strict=True))}
+_CONFIGS["smoke"]["variants"] = _QUICK_VARIANTS
+_CONFIGS["quick"] |= dict(zip(_SIZES, (150, 32, 16, 4), strict=True))
+_CONFIGS["full"] |= dict(zip(_SIZES, (2000, 128, 64, 16), strict=True))
+_CONFIGS["full"]["variants"] = list(T.VARIANTS)
 
 CLAIM = register_claim(
     Claim(
