@@ -35,6 +35,16 @@ def test_time_fold_rows():
         assert table[key]["q25"] <= table[key]["median"] <= table[key]["q75"]
 
 
+def test_width_sweep_rows_and_loads(monkeypatch):
+    monkeypatch.setattr(ft.os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    archs = {str(d): GPTConfig(d_model=d, n_layers=1, n_heads=2, context=16) for d in (16, 32)}
+    rows, loads = ft.width_sweep(archs, seed=0, batch=1, reps=2, warmup=1)
+    assert list(rows) == ["16", "32"] and len(loads) == 2
+    for row in rows.values():
+        assert set(row) == {"normlab", "torch", "norm_share"}
+        assert all(isinstance(v, float) for v in row.values())
+
+
 def test_paired_speedup_is_the_median_ratio():
     row = ft.paired_speedup([2.0, 3.0, 4.0], [1.0, 1.0, 1.0])
     assert row["median"] == pytest.approx(2.0)

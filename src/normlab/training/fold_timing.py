@@ -45,6 +45,7 @@ __all__ = [
     "randomise_norms",
     "time_fold",
     "timing_row",
+    "width_sweep",
 ]
 
 
@@ -240,3 +241,21 @@ def time_fold(
         "max_abs_change": change,
     }
     return table, times
+
+
+def width_sweep(
+    archs: Mapping[str, GPTConfig], seed: int, **timing: Any
+) -> tuple[dict[str, dict[str, float]], list[dict[str, float]]]:
+    """Per model of ``archs`` (name -> config; e.g. one per width), timed by :func:`time_fold`
+    with ``timing`` (``reps``, ``warmup``, ``batch``): the median speedups of the folded model
+    over LayerNorm on normlab's kernels and on the torch path (``normlab``, ``torch``) and the
+    norms' share of the forward time (``norm_share``); with :func:`machine_load` taken before
+    each model is timed."""
+    rows: dict[str, dict[str, float]] = {}
+    loads = []
+    for name, arch in archs.items():
+        loads.append(machine_load())
+        row, _ = time_fold(arch, seed=seed, **timing)
+        rows[name] = {k: row[f"speedup_{k}"]["median"] for k in ("normlab", "torch")}
+        rows[name]["norm_share"] = row["norm_share"]["normlab"]
+    return rows, loads
