@@ -9,8 +9,11 @@ import pytest
 from normlab.data.series import named_series, split_windows
 from normlab.training.forecast import ForecastTrainConfig
 from normlab.training.norin import (
+    arm_trainer,
     drift_fraction,
+    search_shape,
     selection_rows,
+    study_train_config,
     train_arm,
     trained_spread,
     tune_norin,
@@ -60,3 +63,29 @@ def test_the_sampler_seed_alone_changes_the_candidates(splits):
     b = tune_norin("linear", splits, FC, sampler_seed=2, **kw).search.trials
     assert a[0][:2] == b[0][:2]  # the same start (the Slifker-Shapiro fit)
     assert a[1][:2] != b[1][:2]
+
+
+_STUDY = {"epochs": 2, "batch": 8, "batches_per_epoch": 2, "val_windows": 16}
+_STUDY |= {"pretrain_epochs": 1, "patience": 1, "fit_windows": 64, "delta_init": 1.5}
+
+
+def test_study_train_config_trains_the_joint_run_every_epoch():
+    plain, joint = study_train_config(_STUDY, 1e-3), study_train_config(_STUDY, 1e-3, joint=True)
+    assert plain.lr == 1e-3 and plain.patience == 1 and joint.patience == _STUDY["epochs"]
+    assert plain.batch == 8 and plain.pretrain_epochs == 1 and plain.val_windows == 16
+
+
+def test_arm_trainer_starts_the_joint_arm_at_delta_init(splits):
+    train = arm_trainer("linear", splits, _STUDY, periods=(24,))
+    _, _, trajectory = train("norin-joint", 3e-3, 0)
+    assert trajectory[0] == pytest.approx(1.5)
+    model, _, none = train("norin", 3e-3, 0)
+    assert none == [] and math.isfinite(float(model.norm.delta.mean()))
+
+
+def test_search_shape_seeds_by_configuration_and_spreads(splits):
+    kw = {"n_trials": 2, "fit_windows": 64, "test_windows": 16, "val_windows": 16}
+    search, spread = search_shape("heavy", "linear", splits, FC, seed=0, **kw)
+    again, _ = search_shape("heavy", "linear", splits, FC, seed=0, **kw)
+    assert search.search.trials == again.search.trials and spread >= 0.0
+    assert len(search.search.trials) == 2

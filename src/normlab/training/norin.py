@@ -13,7 +13,8 @@ successors").
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import zlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +31,11 @@ from normlab.training.forecast import (
 
 __all__ = [
     "NoRINTuning",
+    "arm_trainer",
     "drift_fraction",
+    "search_shape",
     "selection_rows",
+    "study_train_config",
     "train_arm",
     "trained_spread",
     "tune_norin",
@@ -122,6 +126,28 @@ def tune_norin(
     return NoRINTuning(fit, search, model, evaluate(model, splits.test, n=test_windows))
 
 
+def search_shape(
+    name: str,
+    backbone: str,
+    splits: Splits,
+    config: ForecastTrainConfig,
+    *,
+    seed: int,
+    val_windows: int | None,
+    **tuning: Any,
+) -> tuple[NoRINTuning, float]:
+    """:func:`tune_norin` at one configuration (series ``name`` x ``backbone``), its Optuna
+    sampler seeded by ``crc32("<name>/<backbone>/<seed>")``, with ``tuning`` passed on
+    (``n_trials``, ``fit_windows``, ``test_windows``, ``delta_range``); and the
+    :func:`trained_spread` of its trials' validation MSE against the trivial forecast's
+    (the mean square of ``val_windows`` standardized validation targets).
+    """
+    sampler_seed = zlib.crc32(f"{name}/{backbone}/{seed}".encode())
+    search = tune_norin(backbone, splits, config, seed=seed, sampler_seed=sampler_seed, **tuning)
+    y_val = float(splits.val.get(splits.val.spread(val_windows))[1].square().mean())
+    return search, trained_spread([t[2] for t in search.search.trials], y_val)
+
+
 def trained_spread(values: Sequence[float], reference: float) -> float:
     """``log10(max / min)`` of the validation losses of the shape trials that trained: finite
     and below ``reference`` (the trivial forecast's validation MSE, e.g. the training mean).
@@ -185,6 +211,35 @@ def train_arm(
     on_epoch = record if method == "norin-joint" else None
     result = train_forecaster(model, splits, config, seed=seed, on_epoch=on_epoch)
     return model, result, trajectory
+
+
+def study_train_config(
+    config: Mapping[str, Any], lr: float, joint: bool = False
+) -> ForecastTrainConfig:
+    """The study's training settings at ``lr`` from ``config``'s ``epochs``, ``batch``,
+    ``batches_per_epoch``, ``val_windows``, ``pretrain_epochs`` (SAN's first stage) and
+    ``patience`` (early stopping); the joint run (``joint``) trains every epoch (patience =
+    epochs), so that its delta trajectory is complete."""
+    keys = ("epochs", "batch", "batches_per_epoch", "val_windows", "pretrain_epochs")
+    patience = int(config["epochs" if joint else "patience"])
+    return ForecastTrainConfig(lr=lr, patience=patience, **{k: config[k] for k in keys})
+
+
+def arm_trainer(
+    backbone: str, splits: Splits, config: Mapping[str, Any], periods: Sequence[int]
+) -> Callable[[str, float, int], tuple[Forecaster, TrainResult, list[float]]]:
+    """``train(method, lr, seed)``: :func:`train_arm` at :func:`study_train_config` (the
+    joint arm ``"norin-joint"`` with every epoch), decoupled NoRIN's shape fixed at the
+    Slifker-Shapiro fit (:func:`~normlab.series.fit_shape`) of ``config["fit_windows"]``
+    training windows, the joint arm starting from ``config["delta_init"]``."""
+    fit = fit_shape(splits.train.get(splits.train.spread(config["fit_windows"]))[0])
+    kw = {"periods": periods, "shape": (fit.delta, fit.gamma), "delta_init": config["delta_init"]}
+
+    def train(method: str, lr: float, seed: int) -> Any:
+        fc = study_train_config(config, lr, joint=method == "norin-joint")
+        return train_arm(method, backbone, splits, fc, seed=seed, **kw)
+
+    return train
 
 
 def selection_rows(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import time
-import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,8 +26,6 @@ from normlab.claims.core import (
 from normlab.claims.pool import forecast_arms, pool
 from normlab.data.series import named_series, split_windows
 from normlab.papers import paper
-from normlab.series import fit_shape
-from normlab.training import forecast
 from normlab.training import norin as study
 
 __all__ = ["CLAIM", "run"]
@@ -44,6 +41,10 @@ _BASELINES = ("revin", "dish-ts", "san")
 _ARMS = (*_BASELINES, "norin", "norin-joint")
 #: A diverged arm forecasts the training mean (test MSE 1, standardized); no drift of shape.
 _IF_DIVERGED = {"mse": 1.0, "drift_fraction": 0.0}
+
+
+def _at(arm: str, metric: str) -> Any:
+    return lambda m: cell(m, arm, metric)
 
 
 def _config(seeds: int, lrs: list[float], extend: int, **kw: Any) -> dict[str, Any]:
@@ -67,41 +68,24 @@ _CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
-def _fc(config: Mapping[str, Any], lr: float, joint: bool = False) -> Any:
-    """Training settings; the joint run trains every epoch (its delta trajectory complete)."""
-    keys = ("epochs", "batch", "batches_per_epoch", "val_windows", "pretrain_epochs")
-    patience = int(config["epochs" if joint else "patience"])
-    return forecast.ForecastTrainConfig(lr=lr, patience=patience, **{k: config[k] for k in keys})
-
-
 def _one_config(name, splits, backbone, config, seed, periods) -> dict[str, Any]:
     """The engine over every arm (``<series>/<arm>``) at one configuration, then NoRIN's
     shape search at the lr chosen for it (its row becomes the search's test)."""
-    n_test, n_fit, kept = config["test_windows"], config["fit_windows"], {}
-    fit = fit_shape(splits.train.get(splits.train.spread(n_fit))[0])
-    kw = {"periods": periods, "shape": (fit.delta, fit.gamma), "delta_init": config["delta_init"]}
-
-    def train(method: str, lr: float, s: int) -> Any:
-        fc = _fc(config, lr, joint=method == "norin-joint")
-        return study.train_arm(method, backbone, splits, fc, seed=s, **kw)
-
+    kept, train = {}, study.arm_trainer(backbone, splits, config, periods)
     m = forecast_arms(config, seed, splits, [f"{name}/{a}" for a in _ARMS], train, kept)
     rows = {arm.split("/", 1)[1]: row for arm, row in m["table"].items()}
     joint, trajectory = rows["norin-joint"], kept[f"{name}/norin-joint"][2]
     steps = joint["epochs"] * (config["batches_per_epoch"] or len(splits.train) // config["batch"])
     joint["drift_fraction"] = study.drift_fraction(trajectory, joint["lr"], steps)
     lr = rows["norin"]["lr"]
-    search = study.tune_norin(
-        backbone, splits, _fc(config, lr), n_trials=int(config["trials"]), seed=seed,
-        sampler_seed=zlib.crc32(f"{name}/{backbone}/{seed}".encode()), fit_windows=n_fit,
-        test_windows=n_test, delta_range=_CUTS["delta_range"],
-    )  # fmt: skip
+    sizes = {k: config[k] for k in ("fit_windows", "test_windows", "val_windows")}
+    sizes |= {"n_trials": int(config["trials"]), "delta_range": _CUTS["delta_range"]}
+    fc = study.study_train_config(config, lr)
+    search, spread = study.search_shape(name, backbone, splits, fc, seed=seed, **sizes)
     rows["norin"] = {**search.test, "lr": lr, "best_is_last": rows["norin"]["best_is_last"]}
     m["table"] = {f"{name}/{arm}": row for arm, row in rows.items()}
-    y_val = float(splits.val.get(splits.val.spread(config["val_windows"]))[1].square().mean())
-    spread = study.trained_spread([t[2] for t in search.search.trials], y_val)
-    return {**m, "rows": rows, "trajectory": trajectory, "search": search.search.to_dict(),
-            "fit": search.fit.to_dict(), "val_spread": spread}  # fmt: skip
+    found = {"search": search.search.to_dict(), "fit": search.fit.to_dict(), "val_spread": spread}
+    return {**m, "rows": rows, "trajectory": trajectory, **found}
 
 
 def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -151,42 +135,63 @@ _MSE = Margin(math.log10(1.02), "normlab's choice: 2% lower test MSE, as forecas
 _DECADES = Margin(0.1, "normlab's choice: a sixth of the prior's sd of log10 delta (0.58)")
 _SHARE = Margin(0.1, "normlab's choice: one configuration in ten beyond a random pick's share")
 _EPF = "epf_prices"
+_GAP = "|log10 delta*_linear - log10 delta*_mlp| on EPF prices minus the placebo's expected "
+_GAP += "gap between two random picks (2/3 decade)"
 _LOG = {"direction": "less", "margin": _MSE, "unit": "log10 MSE", "if_diverged": _IF_DIVERGED}
-#: Free settings: (low, high, why); None: halved and doubled.
-_FREE = {
-    "epochs": (None, None, "the budget"),
-    "lookback": (None, None, "TSLib's L = 96"),
-    "trials": (None, None, "the shape search's trials (the paper: 20-30)"),
-    "horizon": (None, None, "TSLib's shortest, 96"),
-    "delta_init": (None, None, "joint start"),
-    "batch": (None, None, "windows a step"),
-    "patience": (None, None, "early stopping's"),
-    "pretrain_epochs": (None, None, "SAN's first stage"),
-    "fit_windows": (None, None, "fit's"),
-    "length": (2000, 8000, "series steps (budget)"),
-    "batches_per_epoch": (10, 40, "an epoch"),
-    "val_windows": (128, 512, "validation windows"),
-    "test_windows": (512, 2048, "test windows"),
+#: Free settings halved and doubled (key: why), then those with a range (key: low, high, why).
+_SCALED = {"epochs": "the budget", "lookback": "TSLib's L = 96"}
+_SCALED |= {
+    "trials": "the shape search's trials (the paper: 20-30)",
+    "horizon": "TSLib's shortest, 96",
 }
+_SCALED |= {"delta_init": "joint start", "batch": "windows a step", "patience": "early stopping's"}
+_SCALED |= {"pretrain_epochs": "SAN's first stage", "fit_windows": "fit's"}
+_RANGED = {"length": (2000, 8000, "series steps (budget)")}
+_RANGED["batches_per_epoch"] = (10, 40, "an epoch")
+_RANGED["val_windows"] = (128, 512, "validation windows")
+_RANGED["test_windows"] = (512, 2048, "test windows")
+_FREE = [FreeSetting.scaled(k, f"normlab's choice: {why}") for k, why in _SCALED.items()]
+_FREE += [FreeSetting(k, lo, hi, f"normlab's choice: {w}") for k, (lo, hi, w) in _RANGED.items()]
+_MATTERS = "share of EPF configurations (backbones) in which the validation MSE of the shape "
+_MATTERS += "trials that trained (finite, below the training mean's) differs by more than 2%"
+_NOISE = "normlab's choice: else in most configurations no usable shape moves the validation "
+_NOISE += "MSE by 2%: delta* is noise"
+_GATED = (f"{_EPF}_far_from_linear", f"{_EPF}_backbone_dependence")
+_MATTERS_KW = {"direction": "greater", "margin": Margin(0.5, _NOISE), "gates": _GATED}
+_SHAPE = f"{_EPF}/shape"
+_SHAPE_MATTERS = Premise("shape_matters", _MATTERS, _at(_SHAPE, "shape_matters"), **_MATTERS_KW)
+_GAP_KW = {"margin": _DECADES, "unit": "decades"}
+_JOINT = f"{_EPF}/norin-joint"
+_DRIFT = "joint gradient training of the shape on EPF prices: log(delta_T / delta_0) as a "
+_DRIFT += "fraction of lr x steps, the most Adam can move log delta in the run"
+_QUARTER = Margin(0.25, "normlab's choice: a quarter of the largest possible move")
+_DRIFT_KW = dict(direction="greater", margin=_QUARTER, method=_JOINT, if_diverged=_IF_DIVERGED)
+
+
+def _placebo(series: str, name: str, what: str, metric: str, **kw: Any) -> Effect:
+    """``series``'s selected shapes against the placebo's (random picks from the prior)."""
+    arms = (f"{series}/selected", f"{series}/placebo", metric)
+    return difference(f"{series}_{name}", what, *arms, direction="greater", **kw)
 
 
 def _share(series: str, parts: str) -> Effect:
     what = f"share of {series} configurations ({parts}) whose delta* < {_CUTS['cut']:g}"
-    return difference(
-        f"{series}_far_from_linear",
-        f"{what} minus a random pick's (log-uniform prior on [0.3, 30]: {_PRIOR_BELOW:.3f})",
-        f"{series}/selected",
-        f"{series}/placebo",
-        "below_linear",
-        direction="greater",
-        margin=_SHARE,
-    )
+    what += f" minus a random pick's (log-uniform prior on [0.3, 30]: {_PRIOR_BELOW:.3f})"
+    return _placebo(series, "far_from_linear", what, "below_linear", margin=_SHARE)
 
 
 def _versus(series: str, baseline: str) -> Effect:
     what = f"log10(NoRIN / {baseline} test MSE) on {series}, mean over backbones, lr tuned"
     arms = (f"{series}/norin", f"{series}/{baseline}")
     return difference(f"{series}_vs_{baseline}", what, *arms, "mse", log10=True, **_LOG)
+
+
+def _every(series: str) -> Effect:
+    what = "log10(NoRIN / each of RevIN, Dish-TS, SAN test MSE) on EPF (intersection-union)"
+    baseline = ", ".join(f"{series}/{b}" for b in _BASELINES)
+    parts = tuple(_versus(series, b) for b in _BASELINES)
+    arms = {"baseline": baseline, "method": f"{series}/norin", "parts": parts}
+    return Effect(f"{series}_beats_every_baseline", what, None, **arms, **_LOG)
 
 
 CLAIM = register_claim(
@@ -206,92 +211,40 @@ CLAIM = register_claim(
         ),
         primary=_share(_EPF, "linear and MLP backbones"),
         secondary=(
-            difference(
-                f"{_EPF}_backbone_dependence",
-                "|log10 delta*_linear - log10 delta*_mlp| on EPF prices minus the placebo's "
-                "expected gap between two random picks (2/3 decade)",
-                f"{_EPF}/selected",
-                f"{_EPF}/placebo",
-                "backbone_gap",
-                direction="greater",
-                margin=_DECADES,
-                unit="decades",
-            ),
+            _placebo(_EPF, "backbone_dependence", _GAP, "backbone_gap", **_GAP_KW),
             _share("heavy_tailed", "positive control generated with delta = 0.6; linear"),
-            Effect(
-                f"{_EPF}_delta_drift",
-                "joint gradient training of the shape on EPF prices: log(delta_T / delta_0) as a "
-                "fraction of lr x steps, the most Adam can move log delta in the run",
-                lambda m: cell(m, f"{_EPF}/norin-joint", "drift_fraction"),
-                direction="greater",
-                margin=Margin(0.25, "normlab's choice: a quarter of the largest possible move"),
-                method=f"{_EPF}/norin-joint",
-                if_diverged=_IF_DIVERGED,
-            ),
-            Effect(
-                f"{_EPF}_beats_every_baseline",
-                "log10(NoRIN / each of RevIN, Dish-TS, SAN test MSE) on EPF (intersection-union)",
-                None,
-                baseline=", ".join(f"{_EPF}/{b}" for b in _BASELINES),
-                method=f"{_EPF}/norin",
-                parts=tuple(_versus(_EPF, b) for b in _BASELINES),
-                **_LOG,
-            ),
+            Effect(f"{_EPF}_delta_drift", _DRIFT, _at(_JOINT, "drift_fraction"), **_DRIFT_KW),
+            _every(_EPF),
             _versus("heavy_tailed", "revin"),
         ),
-        premises=(
-            Premise(
-                "shape_matters",
-                "share of EPF configurations (backbones) in which the validation MSE of the shape "
-                "trials that trained (finite, below the training mean's) differs by more than 2%",
-                lambda m: cell(m, f"{_EPF}/shape", "shape_matters"),
-                direction="greater",
-                margin=Margin(
-                    0.5,
-                    "normlab's choice: else in most configurations no usable shape "
-                    "moves the validation MSE by 2%: delta* is noise",
-                ),
-                gates=(f"{_EPF}_far_from_linear", f"{_EPF}_backbone_dependence"),
-            ),
-        ),
-        free_settings=tuple(
-            FreeSetting.scaled(k, f"normlab's choice: {why}")
-            if lo is None
-            else FreeSetting(k, lo, hi, f"normlab's choice: {why}")
-            for k, (lo, hi, why) in _FREE.items()
-        ),
+        premises=(_SHAPE_MATTERS,),
+        free_settings=tuple(_FREE),
         decisive="trials",  # the search's budget decides how far from its start it gets
         headline=(
             "90 configurations (6 backbones x 5 datasets x 3 horizons): (delta*, epsilon*) far "
-            "from "
-            "the linear limit and backbone-dependent; NoRIN beats RevIN, SAN, Dish-TS in a paired "
-            "Wilcoxon test (the abstract gives no single number)"
+            "from the linear limit and backbone-dependent; NoRIN beats RevIN, SAN, Dish-TS in a "
+            "paired Wilcoxon test (the abstract gives no single number)"
         ),
         configs=_CONFIGS,
         run=run,
         setup=(
             "L=96, H=96; EPF FR/BE prices (linear and MLP backbones) and a heavy-tailed synthetic "
             "control (linear), first 4,000 steps; RevIN, Dish-TS, SAN, NoRIN and joint NoRIN "
-            "(from "
-            "delta = 1), Adam lr tuned over {1e-3, 3e-3} +1 edge step on validation MSE, up to 8 "
-            "epochs of 20 batches, early stopping (quick, 5 seeds); NoRIN's shape by Optuna TPE "
-            "(16 "
-            "trials, a sampler seed per backbone) at its lr, from the Slifker-Shapiro fit (EPF "
-            "windows are S_B: its fallback, the linear end delta = 30)."
+            "(from delta = 1), Adam lr tuned over {1e-3, 3e-3} +1 edge step on validation MSE, up "
+            "to 8 epochs of 20 batches, early stopping (quick, 5 seeds); NoRIN's shape by Optuna "
+            "TPE (16 trials, a sampler seed per backbone) at its lr, from the Slifker-Shapiro fit "
+            "(EPF windows are S_B: its fallback, the linear end delta = 30)."
         ),
         scale_note=(
             "quick: two backbones on EPF, one on the control, 16 shape trials, a two-value lr "
-            "grid "
-            "(budget); FAN is not run (the abstract names RevIN, SAN, Dish-TS); full adds "
-            "vic_elec, "
-            "30 epochs, lr 1e-2 and 25 trials."
+            "grid (budget); FAN is not run (the abstract names RevIN, SAN, Dish-TS); full adds "
+            "vic_elec, 30 epochs, lr 1e-2 and 25 trials."
         ),
         figure=_figure,
         caption=(
             "Left: delta during joint gradient training, one line per configuration; rising lines "
             "are the degeneration toward the linear limit. Right: BO trials' validation MSE "
-            "against "
-            "delta (stars: selected); the dashed line is delta = 10."
+            "against delta (stars: selected); the dashed line is delta = 10."
         ),
     )
 )
