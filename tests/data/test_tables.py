@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from normlab.data.corpus import corpus
-from normlab.data.tables import table_bytes
+from normlab.data.tables import domain_windows, table_bytes
 
 
 def test_table_bytes_are_numeric_deterministic_and_unlike_code():
@@ -19,3 +19,13 @@ def test_table_bytes_are_numeric_deterministic_and_unlike_code():
     # total variation between the byte histograms: a real domain shift for a byte model
     tv = 0.5 * (hist / hist.sum() - code / code.sum()).abs().sum()
     assert tv > 0.5
+
+
+def test_domain_windows_are_seeded_and_from_their_domain():
+    x, y = domain_windows("tables", 4, 16, seed=3)
+    assert x.shape == y.shape == (4, 16) and torch.equal(x[:, 1:], y[:, :-1])
+    assert torch.equal(x, domain_windows("tables", 4, 16, seed=3)[0])
+    digits = torch.isin(x, torch.tensor(list(b"0123456789.,-\n"))).float().mean()
+    assert digits > 0.8
+    code, _ = domain_windows("val", 4, 16, seed=3)
+    assert code.shape == (4, 16) and not torch.equal(code, x)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from normlab.quant import PeerQuantizer, clear_stale_build_lock
+from normlab.quant.peers import peer_quantizers
 
 
 @pytest.mark.parametrize("backend,module", [("hqq", "hqq"), ("quanto", "optimum.quanto")])
@@ -41,3 +42,17 @@ def test_a_stale_build_lock_is_removed_and_a_fresh_one_kept(tmp_path):
     with pytest.warns(RuntimeWarning, match="interrupted build"):
         assert clear_stale_build_lock(tmp_path)
     assert not lock.exists()
+
+
+def test_peer_quantizers_give_none_for_a_missing_backend(monkeypatch):
+    import normlab.quant.peers as peers
+
+    class Missing:
+        def __init__(self, backend, bits, group):
+            if backend == "quanto":
+                raise ImportError("optimum-quanto is not installed")
+            self.args = (backend, bits, group)
+
+    monkeypatch.setattr(peers, "PeerQuantizer", Missing)
+    built = peer_quantizers(["hqq", "quanto"], bits=2, group=64)
+    assert built["quanto"] is None and built["hqq"].args == ("hqq", 2, 64)

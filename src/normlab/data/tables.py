@@ -15,7 +15,9 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["table_bytes"]
+from normlab.data.corpus import corpus, sample_batch
+
+__all__ = ["domain_windows", "table_bytes"]
 
 
 def _data_dir() -> Path:
@@ -53,3 +55,14 @@ def table_bytes() -> torch.Tensor:
             "them)."
         )
     return torch.frombuffer(raw, dtype=torch.uint8).clone()
+
+
+def domain_windows(
+    split: str, n: int, context: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` byte windows of ``context`` tokens (inputs, next-byte targets) drawn by
+    :func:`~normlab.data.corpus.sample_batch` with a generator seeded ``seed``, from the
+    numeric tables (``split="tables"``, :func:`table_bytes`) or from a split of the code /
+    prose corpus (:func:`~normlab.data.corpus.corpus`: "train", "val", "test", "prose")."""
+    data = table_bytes() if split == "tables" else corpus(split)
+    return sample_batch(data, n, context, torch.Generator().manual_seed(seed))

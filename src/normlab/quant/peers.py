@@ -11,13 +11,20 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from normlab.quant.nsn import QuantizedChunk
 
-__all__ = ["PEER_BACKENDS", "STALE_LOCK_SECONDS", "PeerQuantizer", "clear_stale_build_lock"]
+__all__ = [
+    "PEER_BACKENDS",
+    "STALE_LOCK_SECONDS",
+    "PeerQuantizer",
+    "clear_stale_build_lock",
+    "peer_quantizers",
+]
 
 #: The backends :class:`PeerQuantizer` wraps.
 PEER_BACKENDS = ("hqq", "quanto")
@@ -121,3 +128,18 @@ class PeerQuantizer:
 
     def __repr__(self) -> str:
         return f"PeerQuantizer({self.backend!r}, bits={self.bits}, group={self.group})"
+
+
+def peer_quantizers(
+    backends: Sequence[str], bits: int, group: int
+) -> dict[str, PeerQuantizer | None]:
+    """A :class:`PeerQuantizer` per backend of ``backends`` at ``bits`` and ``group``; None
+    for a backend whose library is not installed (the ``peers`` extra: no value, not an
+    error)."""
+    peers: dict[str, PeerQuantizer | None] = {}
+    for backend in backends:
+        try:
+            peers[backend] = PeerQuantizer(backend, bits=bits, group=group)
+        except ImportError:
+            peers[backend] = None
+    return peers

@@ -27,13 +27,13 @@ from normlab.claims.core import (
     difference,
     register_claim,
 )
-from normlab.data.corpus import corpus, sample_batch
-from normlab.data.tables import table_bytes
+from normlab.data.tables import domain_windows
 from normlab.models.gpt import GPTConfig, TinyGPT
 from normlab.papers import paper
 from normlab.probes import kv_quant as kvq
-from normlab.quant import IntKIVI, NSNQuantizer, PeerQuantizer
+from normlab.quant import IntKIVI, NSNQuantizer
 from normlab.quant.nsn import nsn_normalize
+from normlab.quant.peers import peer_quantizers
 from normlab.training.lm import train_lm
 
 __all__ = ["CLAIM", "run"]
@@ -48,13 +48,8 @@ def _model(config: Mapping[str, Any]) -> TinyGPT:
     return train_lm(gpt, lm_train_config(config), 0)[0]
 
 
-def _windows(split: str, n: int, context: int, seed: int):
-    data = table_bytes() if split == "tables" else corpus(split)
-    return sample_batch(data, n, context, torch.Generator().manual_seed(seed))
-
-
 def _kv(model: TinyGPT, split: str, config: Mapping[str, Any], seed: int):
-    windows = _windows(split, config["calibration_windows"], config["context"], seed)
+    windows = domain_windows(split, config["calibration_windows"], config["context"], seed)
     return model.keys_values(windows[0])
 
 
@@ -65,41 +60,26 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     seed_everything(seed)
     torch.set_num_threads(1)
     model = _model(config)
-    evals = {
-        name: _windows(split, config["eval_windows"], config["context"], 20_000 + seed)
-        for split, name in _DOMAINS.items()
-    }
-    peers = {}
-    for peer in config["peers"]:
-        try:
-            peers[peer] = PeerQuantizer(peer, bits=2, group=config["peer_group"])
-        except ImportError:  # the peers extra is not installed: no value, not an error
-            peers[peer] = None
+    n, context = config["eval_windows"], config["context"]
+    evals = {name: domain_windows(s, n, context, 20_000 + seed) for s, name in _DOMAINS.items()}
+    peers = peer_quantizers(config["peers"], bits=2, group=config["peer_group"])
+    sizes = {k: config[k] for k in ("bits", "window", "kmeans_iters")}
+    calibration = _kv(model, "train", config, 10_000 + seed)
+    oracle = _kv(model, "tables", config, 30_000 + seed)
     table = kvq.comparison_table(
-        model,
-        _kv(model, "train", config, 10_000 + seed),
-        evals,
-        bits=config["bits"],
-        window=config["window"],
-        kmeans_iters=config["kmeans_iters"],
-        oracle=_kv(model, "tables", config, 30_000 + seed),
-        peers=peers,
-        seed=seed,
+        model, calibration, evals, **sizes, oracle=oracle, peers=peers, seed=seed
     )
     return {"table": table}
 
 
 def _vs(name: str, bits: int, baseline: str, metric: str = "tables_attn_err", **kw) -> Effect:
-    return difference(
-        name,
-        f"{metric}: NSNQuant at {bits} bits minus {baseline}",
-        f"nsn-{bits}bit",
-        baseline,
-        metric,
-        direction="less",
-        unit="bpb" if metric.endswith("bpb") else "",
-        **kw,
-    )
+    what, unit = f"{metric}: NSNQuant at {bits} bits minus {baseline}", _unit(metric)
+    arms = (f"nsn-{bits}bit", baseline, metric)
+    return difference(name, what, *arms, direction="less", unit=unit, **kw)
+
+
+def _unit(metric: str) -> str:
+    return "bpb" if metric.endswith("bpb") else ""
 
 
 def _every(name: str, description: str, bits: int, tag: str, metric: str, margin: Margin):
@@ -108,24 +88,20 @@ def _every(name: str, description: str, bits: int, tag: str, metric: str, margin
         _vs(f"{name}_vs_{s}", bits, f"{s}-{tag}{bits}bit", metric, margin=margin)
         for s in ("kmeans", "kivi")
     )
-    return Effect(
-        name,
-        description,
-        None,
-        direction="less",
-        margin=margin,
-        method=f"nsn-{bits}bit",
-        baseline="k-means VQ and KIVI int",
-        unit=parts[0].unit,
-        parts=parts,
-    )
+    arms = {"method": f"nsn-{bits}bit", "baseline": "k-means VQ and KIVI int"}
+    return Effect(name, description, None, "less", margin, **arms, unit=_unit(metric), parts=parts)
+
+
+def _gap(m: Mapping[str, Any], row: str, other: str, metric: str, other_metric: str = "") -> float:
+    """``row``'s ``metric`` minus ``other``'s ``other_metric`` (default: the same metric)."""
+    return cell(m, row, metric) - cell(m, other, other_metric or metric)
 
 
 def _shift(m: Mapping[str, Any], scheme: str) -> float:
     """The 2-bit attention-error increase of ``scheme`` from code (its calibration domain
     for k-means) to numeric tables."""
     row = f"{scheme}-2bit"
-    return cell(m, row, "tables_attn_err") - cell(m, row, "code_attn_err")
+    return _gap(m, row, row, "tables_attn_err", "code_attn_err")
 
 
 def _check_nsn(config: Mapping[str, Any]) -> CheckOutcome:
@@ -164,8 +140,28 @@ _MARGIN = Margin(
     "the seed-to-seed spread of the error itself",
 )
 _SAME = Margin(0.01, "normlab's choice: as for the primary")
+_ANY = Margin(0.0, "normlab's choice: any improvement in the loss")
+_NO_SHIFT = "normlab's choice: without a shift that hurts the calibrated codebook, robustness to "
+_NO_SHIFT = Margin(0.0, _NO_SHIFT + "it says nothing")
+_KW = {"direction": "less", "margin": _MARGIN, "method": "nsn-2bit", "baseline": "kmeans-2bit"}
+_SHIFT = "2-bit attention-error increase from code to tables: NSNQuant's minus k-means' "
+_SHIFT += "(calibrated on code)"
+_HURTS = "tables 2-bit attention error: k-means calibrated on code minus on tables (the shift's "
+_HURTS += "cost to a calibrated codebook)"
+_VS_EVERY = "tables attention-output relative error: NSNQuant at 2 bits minus k-means and minus "
+_VS_EVERY += "KIVI at matched storage (intersection-union)"
+_NOMINAL = "as attn_err_2bit_vs_every at 2 nominal bits per value (the paper's framing)"
+_ONE_BIT = "as attn_err_2bit_vs_every with NSNQuant at 1 bit per value (KIVI's smallest setting, "
+_ONE_BIT += "1 bit, stores more than NSNQuant)"
+_PROSE_BPB = "prose tail bits per byte, 2-bit cache: NSNQuant minus each baseline at matched "
+_PROSE_BPB += "storage (not tables: predicted near chance)"
 _GPT = {**QUICK_GPT, "n_heads": 1, "steps": 400, "batch": 16, "lr": 3e-3}
 _RUN = {"bits": (1, 2), "window": 16, "peers": ("hqq", "quanto"), "peer_group": 64}
+_SMOKE = {"d_model": 64, "n_layers": 1, "context": 32, "steps": 4, "batch": 4, "window": 8}
+_SMOKE |= {"calibration_windows": 16, "eval_windows": 4, "kmeans_iters": 3}
+_QUICK = {"calibration_windows": 16, "eval_windows": 16, "kmeans_iters": 8}
+_FULL = {"d_model": 256, "n_heads": 4, "n_layers": 4, "context": 128, "steps": 3000}
+_FULL |= {"calibration_windows": 256, "eval_windows": 256, "kmeans_iters": 25}
 
 CLAIM = register_claim(
     Claim(
@@ -177,54 +173,14 @@ CLAIM = register_claim(
         quote="This alignment enables robust, calibration-free vector quantization using a single "
         "reusable codebook.",
         primary=Effect(
-            "shift_degradation",
-            "2-bit attention-error increase from code to tables: "
-            "NSNQuant's minus k-means' (calibrated on code)",
-            lambda m: _shift(m, "nsn") - _shift(m, "kmeans"),
-            direction="less",
-            margin=_MARGIN,
-            method="nsn-2bit",
-            baseline="kmeans-2bit",
+            "shift_degradation", _SHIFT, lambda m: _shift(m, "nsn") - _shift(m, "kmeans"), **_KW
         ),
         secondary=(
-            _vs(
-                "attn_err_2bit_tables", 2, "kmeans-matched-2bit", margin=_SAME
-            ),  # the former primary
-            _every(
-                "attn_err_2bit_vs_every",
-                "tables attention-output relative error: NSNQuant at "
-                "2 bits minus k-means and minus KIVI at matched storage (intersection-union)",
-                2,
-                "matched-",
-                "tables_attn_err",
-                _SAME,
-            ),
-            _every(
-                "attn_err_2bit_nominal",
-                "as attn_err_2bit_vs_every at 2 nominal bits per value (the paper's framing)",
-                2,
-                "",
-                "tables_attn_err",
-                _SAME,
-            ),
-            _every(
-                "attn_err_1bit_tables",
-                "as attn_err_2bit_vs_every with NSNQuant at 1 bit per "
-                "value (KIVI's smallest setting, 1 bit, stores more than NSNQuant)",
-                1,
-                "matched-",
-                "tables_attn_err",
-                _SAME,
-            ),
-            _every(
-                "bpb_2bit_prose",
-                "prose tail bits per byte, 2-bit cache: NSNQuant minus each "
-                "baseline at matched storage (not tables: predicted near chance)",
-                2,
-                "matched-",
-                "prose_bpb",
-                Margin(0.0, "normlab's choice: any improvement in the loss"),
-            ),
+            _vs("attn_err_2bit_tables", 2, "kmeans-matched-2bit", margin=_SAME),  # former primary
+            _every("attn_err_2bit_vs_every", _VS_EVERY, 2, "matched-", "tables_attn_err", _SAME),
+            _every("attn_err_2bit_nominal", _NOMINAL, 2, "", "tables_attn_err", _SAME),
+            _every("attn_err_1bit_tables", _ONE_BIT, 1, "matched-", "tables_attn_err", _SAME),
+            _every("bpb_2bit_prose", _PROSE_BPB, 2, "matched-", "prose_bpb", _ANY),
             _vs("vs_hqq", 2, "hqq-2bit", margin=_SAME),
             _vs("vs_quanto", 2, "quanto-2bit", margin=_SAME),
             _vs("attn_err_2bit_prose", 2, "kmeans-matched-2bit", "prose_attn_err", margin=_SAME),
@@ -237,18 +193,10 @@ CLAIM = register_claim(
         premises=(
             Premise(
                 "shift_hurts_calibration",
-                "tables 2-bit attention error: k-means calibrated "
-                "on code minus on tables (the shift's cost to a calibrated codebook)",
-                lambda m: (
-                    cell(m, "kmeans-2bit", "tables_attn_err")
-                    - cell(m, "kmeans-oracle-2bit", "tables_attn_err")
-                ),
+                _HURTS,
+                lambda m: _gap(m, "kmeans-2bit", "kmeans-oracle-2bit", "tables_attn_err"),
                 direction="greater",
-                margin=Margin(
-                    0.0,
-                    "normlab's choice: without a shift that hurts the "
-                    "calibrated codebook, robustness to it says nothing",
-                ),
+                margin=_NO_SHIFT,
                 gates=("shift_degradation",),
             ),
         ),
@@ -270,56 +218,22 @@ CLAIM = register_claim(
         "without calibration data; up to 3x throughput (abstract).",
         setup="TinyGPT (d 64, 2 layers, 1 head of 64, 400 steps on stdlib code, training seed 0). "
         "Per seed: k-means codebooks (256 words per 8 values per stage, per layer, K and V) "
-        "fitted "
-        "on code; NSN's from N(0, I); KIVI group 32; HQQ / quanto group 64. The last `window` "
-        "tokens of each window are scored over the quantized cache of the others.",
+        "fitted on code; NSN's from N(0, I); KIVI group 32; HQQ / quanto group 64. The last "
+        "`window` tokens of each window are scored over the quantized cache of the others.",
         scale_note="Regime: code keys of effective rank ~14 of 64 (values ~21; fp row), where a "
         "codebook calibrated on the data fits their subspace: NSNQuant's 2-bit error exceeds "
-        "k-means' on every domain (code ~0.19 vs ~0.05, tables ~0.10 vs ~0.08), and degrades less "
-        "under the shift because it does not depend on calibration data, not because it is lower. "
-        "Wider keys close the gap: 2 heads of 64 at d 128 (key rank ~26) gave tables 0.077 vs "
-        "0.100 "
-        "(seed 0, 400 steps); full (d 256, 4 heads of 64, 3000 steps) measures that regime. "
-        "Matched "
-        "bytes per token: NSN 90.8 / 58.8 (2 / 1 bits), k-means 64.0 / 32.0, KIVI 69.3 at 1 bit. "
-        "The shift is code -> numeric tables (~430 KB of scikit-learn CSV).",
+        "k-means' on every domain (code ~0.19 vs ~0.05, tables ~0.10 vs ~0.08), and degrades "
+        "less under the shift because it does not depend on calibration data, not because it is "
+        "lower. Wider keys close the gap: 2 heads of 64 at d 128 (key rank ~26) gave tables "
+        "0.077 vs 0.100 (seed 0, 400 steps); full (d 256, 4 heads of 64, 3000 steps) measures "
+        "that regime. Matched bytes per token: NSN 90.8 / 58.8 (2 / 1 bits), k-means 64.0 / "
+        "32.0, KIVI 69.3 at 1 bit. The shift is code -> numeric tables (~430 KB of scikit-learn "
+        "CSV).",
         configs={
-            "smoke": {
-                "seeds": 1,
-                **_GPT,
-                **_RUN,
-                "d_model": 64,
-                "n_layers": 1,
-                "context": 32,
-                "steps": 4,
-                "batch": 4,
-                "window": 8,
-                "calibration_windows": 16,
-                "eval_windows": 4,
-                "kmeans_iters": 3,
-            },
+            "smoke": {"seeds": 1, **_GPT, **_RUN, **_SMOKE},
             # 7 seeds: at 5, attn_err_2bit_tables's null had a 6.6% opposite rate (limit 5%)
-            "quick": {
-                "seeds": 7,
-                **_GPT,
-                **_RUN,
-                "calibration_windows": 16,
-                "eval_windows": 16,
-                "kmeans_iters": 8,
-            },
-            "full": {
-                "seeds": 10,
-                **_GPT,
-                **_RUN,
-                "d_model": 256,
-                "n_heads": 4,
-                "n_layers": 4,
-                "context": 128,
-                "steps": 3000,
-                "calibration_windows": 256,
-                "eval_windows": 256,
-                "kmeans_iters": 25,
-            },
+            "quick": {"seeds": 7, **_GPT, **_RUN, **_QUICK},
+            "full": {"seeds": 10, **_GPT, **_RUN, **_FULL},
         },
         run=run,
     )
