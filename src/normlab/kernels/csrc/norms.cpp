@@ -401,10 +401,28 @@ template <typename T>
 void dyt_fwd(const T* x, float alpha, const float* w, const float* bias, T* y, long R, long D,
              int nt) {
   const bool nts = streams(R, D, sizeof(T));
+  // Chunks of 256 columns, each first prefetching x 2048 elements ahead (into the next row
+  // once D <= 2048): with rows of 4096 or more, w, b, x and y no longer fit the 48 KB L1
+  // together and the hardware prefetcher alone left DyT at 3.4-3.5 ms for 8M floats
+  // (1.6 at rows of 1024, copy_ 1.5-2.2); with it 2.2-2.8 ms (one thread, thread CPU
+  // time, load 1.2, interleaved, medians of 15). Chunk starts stay 64-byte aligned.
+  const long N = R * D;
 #pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
   for (long i = 0; i < R; ++i) {
     const long o = i * D;
-    emit(y + o, D, [&](long j) { return tanh_fast(alpha * ld(x + o, j)) * w[j] + bias[j]; }, nts);
+    for (long j0 = 0; j0 < D; j0 += 256) {
+      const long n = D - j0 < 256 ? D - j0 : 256;
+      for (long k = 0; k < 256; k += 64 / static_cast<long>(sizeof(T))) {
+        if (o + j0 + 2048 + k < N) {
+          _mm_prefetch(reinterpret_cast<const char*>(x + o + j0 + 2048 + k), _MM_HINT_T0);
+        }
+      }
+      const T* xt = x + o + j0;
+      const float* wt = w + j0;
+      const float* bt = bias + j0;
+      emit(y + o + j0, n, [&](long j) { return tanh_fast(alpha * ld(xt, j)) * wt[j] + bt[j]; },
+           nts);
+    }
   }
 }
 
