@@ -33,15 +33,7 @@ from normlab.claims.arms import Trained, run_arms
 from normlab.claims.catalogue._depth_models import SETTINGS, search, train_arm, trained
 from normlab.claims.catalogue._lm_settings import UNIFORM_BPB, lm_free, test_windows
 from normlab.claims.common import seed_everything
-from normlab.claims.core import (
-    Claim,
-    Effect,
-    Margin,
-    Precondition,
-    Premise,
-    cell,
-    register_claim,
-)
+from normlab.claims.core import Claim, Effect, Margin, Precondition, Premise, cell, register_claim
 from normlab.papers import paper
 from normlab.probes.depth import depth_profile, weight_rms
 from normlab.training.lm import evaluate_bpb
@@ -90,21 +82,24 @@ _USE_MARGIN = Margin(
 _NAMES = {"weight-decay": "weight decay", "gqa": "GQA (1 kv head)", "moe": "MoE-lite (2 of 4)"}
 #: A diverged arm: its deep layers are useless and its stream explodes.
 _IF_DIVERGED = {"deep_drop_loss": 0.0, "variance_growth": 1.0}
-#: Effect kind -> (metric, sign of the variant's minus the dense model's, margin, unit, what).
+#: Effect kind -> (metric, sign of the variant's minus the dense model's, margin, unit).
 _KINDS = {
-    "deep_useful": ("deep_drop_loss", 1.0, _USE_MARGIN, "nats", "{} minus dense loss increase "
-                    "from dropping one deep-half block"),
-    "variance_damped": ("variance_growth", -1.0, _VAR_MARGIN, "ln V / block",
-                        "dense minus {} per-block log-variance slope"),
-}  # fmt: skip
+    "deep_useful": ("deep_drop_loss", 1.0, _USE_MARGIN, "nats"),
+    "variance_damped": ("variance_growth", -1.0, _VAR_MARGIN, "ln V / block"),
+}
+#: Effect kind -> what it measures, of a variant's name.
+_WHAT = {
+    "deep_useful": "{} minus dense loss increase from dropping one deep-half block",
+    "variance_damped": "dense minus {} per-block log-variance slope",
+}
 
 
 def _effect(kind: str, variant: str) -> Effect:
     """One variant against dense (GQA and MoE: smoke, the code path, and full, not quick)."""
-    metric, sign, margin, unit, what = _KINDS[kind]
+    metric, sign, margin, unit = _KINDS[kind]
     return Effect(
         f"{kind}_{variant.replace('-', '_')}",
-        what.format(_NAMES[variant]),
+        _WHAT[kind].format(_NAMES[variant]),
         lambda m: sign * (cell(m, variant, metric) - cell(m, "dense", metric)),
         direction="greater",
         margin=margin,

@@ -113,13 +113,11 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     return fig
 
 
-# fmt: off
-_BASE = {
-    "p": 11, "length": 4, "positions": [0, 1], "d_model": 16, "n_layers": 1, "n_heads": 2,
-    "lr": 1e-2, "weight_decay": 0.0, "train_size": 1024, "batch": 64, "probe_size": 64,
-    "loss_sequences": 1024, "window": 20, "tau": 3, "shifts": 200, "spike_abs": 0.1,
-}
-# fmt: on
+#: The task and model, the training, and the spike statistics' settings of every scale.
+_TASK = {"p": 11, "length": 4, "positions": [0, 1], "d_model": 16, "n_layers": 1, "n_heads": 2}
+_TRAIN = {"lr": 1e-2, "weight_decay": 0.0, "train_size": 1024, "batch": 64, "probe_size": 64}
+_SPIKES = {"loss_sequences": 1024, "window": 20, "tau": 3, "shifts": 200, "spike_abs": 0.1}
+_BASE = {**_TASK, **_TRAIN, **_SPIKES}
 
 CLAIM = register_claim(
     Claim(

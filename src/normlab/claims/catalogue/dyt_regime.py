@@ -42,12 +42,12 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     def train(arm: str, params: dict[str, Any], seed: int) -> Trained:
         norm, budget = arm.split("-")
         nbytes = config["small_bytes"] * (config["data_ratio"] if budget == "large" else 1)
-        gpt = GPTConfig(norm="layernorm" if norm == "ln" else "dyt-regime",
-                        final_norm="layernorm", **arch)  # fmt: skip
-        steps = config["steps"]
-        tc = LMTrainConfig(steps=steps, batch=config["batch"], lr=float(params["lr"]),
-                           weight_decay=0.0, warmup=steps // 10, train_bytes=nbytes,
-                           eval_every=max(1, steps // 5), eval_batches=2)  # fmt: skip
+        norm = "layernorm" if norm == "ln" else "dyt-regime"
+        gpt = GPTConfig(norm=norm, final_norm="layernorm", **arch)
+        lr, steps = float(params["lr"]), config["steps"]
+        sched = {"steps": steps, "batch": config["batch"], "lr": lr, "weight_decay": 0.0}
+        evals = {"eval_every": max(1, steps // 5), "eval_batches": 2}
+        tc = LMTrainConfig(**sched, warmup=steps // 10, train_bytes=nbytes, **evals)
         return lm_trial(gpt, tc, seed)  # a grid trial again is read from the model cache
 
     def test(arm: str, t: Trained) -> dict[str, float]:
@@ -79,8 +79,8 @@ def _figure(measurements: Sequence[dict[str, Any]]):
         style = "-" if name.startswith("ln") else "--"
         colour = "C0" if name.endswith("small") else "C1"
         for k, c in enumerate(m["curves"][name] for m in measurements):
-            ax.plot(c["step"], c["val_bpb"], style, color=colour, alpha=0.7,
-                    label=name if k == 0 else None)  # fmt: skip
+            label = None if k else name
+            ax.plot(c["step"], c["val_bpb"], style, color=colour, alpha=0.7, label=label)
     ax.set(xlabel="step", ylabel="validation bits per byte")
     ax.legend(fontsize=8)
     fig.tight_layout()

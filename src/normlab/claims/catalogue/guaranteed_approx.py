@@ -104,8 +104,7 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     fig, ax = plt.subplots(figsize=(6.5, 3.5))
     for k, m in enumerate(measurements):
         values = [cell(m, n, "test_bpb") - cell(m, "exact", "test_bpb") for n in names]
-        ax.plot(range(len(names)), values, "o", color="C0", alpha=0.7,
-                label="one seed" if k == 0 else None)  # fmt: skip
+        ax.plot(values, "o", color="C0", alpha=0.7, label=None if k else "one seed")
     ax.axhline(0.0, color="k", lw=0.5), ax.legend(fontsize=8)
     ax.set_xticks(range(len(names)), names, rotation=15, fontsize=8)
     ax.set_ylabel("test bits per byte minus the exact model's"), fig.tight_layout()

@@ -91,20 +91,18 @@ def _check_tail_heavier(config: Mapping[str, Any]) -> CheckOutcome:
         gap,
         f"a score {config['tail_distance']:g} below the row maximum: log10 p "
         f"{tails['softmax']:.1f} under softmax (<= -6), {tails['kappa-softmax']:.1f} under "
-        "kappa-softmax "
-        f"(kappa = {config['lm_kappa']:g}): {gap:.2f} decades more (>= 1)",
+        f"kappa-softmax (kappa = {config['lm_kappa']:g}): {gap:.2f} decades more (>= 1)",
     )
 
 
 def _check_limit(config: Mapping[str, Any]) -> CheckOutcome:
     row = st.softmax_limit(_scores(config), config["limit_kappas"])
     tol, k0 = float(config["limit_tolerance"]), config["limit_kappas"][0]
-    return CheckOutcome(
-        row["max_err"] <= tol,
-        row["max_err"],
+    text = (
         f"max |kappa_softmax(kappa={k0:g}) - softmax| = {row['max_err']:.2e} <= {tol:g}; "
-        f"fitted order in kappa {row['order_in_kappa']:.2f}",
+        f"fitted order in kappa {row['order_in_kappa']:.2f}"
     )
+    return CheckOutcome(row["max_err"] <= tol, row["max_err"], text)
 
 
 def _check_tail(config: Mapping[str, Any]) -> CheckOutcome:
@@ -118,37 +116,36 @@ def _check_tail(config: Mapping[str, Any]) -> CheckOutcome:
 def _check_abe(config: Mapping[str, Any]) -> CheckOutcome:
     row, _ = st.abe_deviation(_scores(config), config["abe_eps"])
     order, gap = row["order_in_eps"], row["reciprocal_gap"]
-    return CheckOutcome(
-        order > 1.5 and gap <= 1e-12,
-        order,
+    text = (
         f"||abe(e^eps) - softmax|| ~ eps^{order:.2f} (> 1.5: no first-order term); "
-        f"max |abe(q) - abe(1/q)| = {gap:.1e} <= 1e-12",
+        f"max |abe(q) - abe(1/q)| = {gap:.1e} <= 1e-12"
     )
+    return CheckOutcome(order > 1.5 and gap <= 1e-12, order, text)
 
 
 def _figure(measurements: Sequence[dict[str, Any]]):
     import matplotlib.pyplot as plt
 
     fig, (gap, ax) = plt.subplots(1, 2, figsize=(10, 3.5))
-    values = [cell(m, "kappa-softmax", "test_bpb") - cell(m, "softmax", "test_bpb")
-              for m in measurements]  # fmt: skip
-    gap.plot(range(len(values)), values, "o", color="C1")
+    bpb = [{a: cell(m, a, "test_bpb") for a in ("softmax", "kappa-softmax")} for m in measurements]
+    gap.plot([b["kappa-softmax"] - b["softmax"] for b in bpb], "o", color="C1")
     gap.axhline(0.03, color="k", lw=0.8, ls=":")
     gap.set(xlabel="seed", ylabel="kappa-softmax - softmax test bpb")
     gap.xaxis.get_major_locator().set_params(integer=True)
     for k, m in enumerate(measurements):
         for j, (name, c) in enumerate(m["curves"]["lm"].items()):
-            label = name if k == 0 else None
-            ax.plot(c["step"], c["val_bpb"], color=f"C{j}", alpha=0.7, label=label)
+            ax.plot(c["step"], c["val_bpb"], color=f"C{j}", alpha=0.7, label=None if k else name)
     ax.set(xlabel="step", ylabel="validation bits per byte")
     ax.legend(fontsize=8, title="attention")
     fig.tight_layout()
     return fig
 
 
-_OPERATOR = {"rows": 64, "keys": 64, "score_scale": 2.0, "limit_kappas": (1e-3, 1e-2),
-             "limit_tolerance": 1e-3, "tail_kappas": (0.1, 0.2, 0.4), "tail_points": 25,
-             "abe_eps": (0.05, 0.1), "lm_kappa": 0.2, "tail_distance": 30.0}  # fmt: skip
+#: The operator checks' settings: score rows, the softmax limit, the tails, Abe's eps, the LM.
+_SCORES = {"rows": 64, "keys": 64, "score_scale": 2.0, "limit_kappas": (1e-3, 1e-2)}
+_TAILS = {"limit_tolerance": 1e-3, "tail_kappas": (0.1, 0.2, 0.4), "tail_points": 25}
+_ABE_LM = {"abe_eps": (0.05, 0.1), "lm_kappa": 0.2, "tail_distance": 30.0}
+_OPERATOR = {**_SCORES, **_TAILS, **_ABE_LM}
 
 
 def _config(seeds: int, lrs: list[float], shape: dict, steps: int, batch: int, evals: int):
@@ -160,10 +157,14 @@ def _config(seeds: int, lrs: list[float], shape: dict, steps: int, batch: int, e
 
 _TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2, "context": 32}
 _FULL_GPT = {"d_model": 128, "n_layers": 4, "n_heads": 4, "context": 128}
-_SIZES = (("rows", "random score rows of the checks"), ("keys", "keys per score row"),
-          ("score_scale", "the random scores' sd"), ("tail_points", "distances in the tail fit"),
-          ("probe_sequences", "test windows of the range probe"),
-          ("min_keys", "shortest attention row the range probe reads"))  # fmt: skip
+_SIZES = (
+    ("rows", "random score rows of the checks"),
+    ("keys", "keys per score row"),
+    ("score_scale", "the random scores' sd"),
+    ("tail_points", "distances in the tail fit"),
+    ("probe_sequences", "test windows of the range probe"),
+    ("min_keys", "shortest attention row the range probe reads"),
+)
 _LM_KEYS = ("d_model", "n_layers", "n_heads", "context", "steps", "batch", "lr", "eval_batches")
 _SETTINGS = (
     FreeSetting("tail_distance", 10.0, 100.0, "normlab's choice: far in softmax's tail"),
@@ -173,9 +174,7 @@ _SETTINGS = (
     FreeSetting("tail_kappas", (0.05, 0.1, 0.2), (0.2, 0.4, 0.8), "normlab's choice"),
     FreeSetting("abe_eps", (0.025, 0.05), (0.1, 0.2), "normlab's choice: Abe's ln q"),
     *(FreeSetting.scaled(key, f"normlab's choice: {why}") for key, why in _SIZES),
-    *lm.lm_free(
-        "d_model", "n_layers", "n_heads", "context", "steps", "batch", "lr", "eval_batches"
-    ),
+    *lm.lm_free(*_LM_KEYS),
 )
 
 CLAIM = register_claim(

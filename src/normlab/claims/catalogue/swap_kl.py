@@ -65,8 +65,8 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         again = swap_kl(model, again_x, positions="all")  # the probe's own text noise
         self_rho = [spearman(result.pairs(p), again.pairs(p)) for p in _PROTOCOLS]
         orders = {p: result.order(p) for p in _PROTOCOLS}
-        rows, curves = guided_pruning(model, orders, held_x, held_y, rng=random.Random(seed),
-                                      random_orders=config["random_orders"])  # fmt: skip
+        placebo = {"rng": random.Random(seed), "random_orders": config["random_orders"]}
+        rows, curves = guided_pruning(model, orders, held_x, held_y, **placebo)
         for p in _PROTOCOLS:
             rows[p]["mean_pair_kl"] = sum(result.pairs(p)) / len(result.pairs(p))
         rho = spearman(result.pairs("replacement"), result.pairs("interchange"))
@@ -104,8 +104,8 @@ def _figure(measurements: Sequence[dict[str, Any]]):
             curves = meas["curves"][p]
             for j, c in enumerate(curves if isinstance(curves, list) else [curves]):
                 loss = [v - c["loss"][0] for v in c["loss"]]
-                axes[2].plot(range(len(loss)), loss, "o-", color=f"C{k}", alpha=0.5, ms=3,
-                             label=f"{p}-guided" if i == j == 0 else None)  # fmt: skip
+                label = f"{p}-guided" if i == j == 0 else None
+                axes[2].plot(loss, "o-", color=f"C{k}", alpha=0.5, ms=3, label=label)
     axes[2].legend(fontsize=8)
     axes[2].set(xlabel="layers removed", ylabel="held-out loss increase (nats)")
     axes[2].xaxis.get_major_locator().set_params(integer=True)
