@@ -75,11 +75,19 @@ def _hf(kind: str) -> nn.Module:
     shape = {"vocab_size": 64}
     if kind == "gpt2":
         ids = {"bos_token_id": 0, "eos_token_id": 0}
-        return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=16, n_head=2, n_positions=16,
-                                          **shape, **ids))  # fmt: skip
-    return BertForMaskedLM(BertConfig(num_hidden_layers=2, hidden_size=16, num_attention_heads=2,
-                                      intermediate_size=32, max_position_embeddings=16,
-                                      **shape))  # fmt: skip
+        return GPT2LMHeadModel(
+            GPT2Config(n_layer=2, n_embd=16, n_head=2, n_positions=16, **shape, **ids)
+        )
+    return BertForMaskedLM(
+        BertConfig(
+            num_hidden_layers=2,
+            hidden_size=16,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=16,
+            **shape,
+        )
+    )
 
 
 def _all(model: nn.Module) -> set[str]:
@@ -121,8 +129,11 @@ def fold_zoo(archs: Sequence[str]) -> dict[str, dict[str, float]]:
         ids = torch.randint(0, 64, (2, 16), generator=generator)
         example = {"input_ids": ids} if kind == "hf" else ids
         analysis = analyze_fold(model, example)
-        row = {"layernorms": len(analysis.sites), "foldable": len(analysis.foldable),
-               "match": float(set(analysis.foldable) == expected_fn(model))}  # fmt: skip
+        row = {
+            "layernorms": len(analysis.sites),
+            "foldable": len(analysis.foldable),
+            "match": float(set(analysis.foldable) == expected_fn(model)),
+        }
         if analysis.foldable:
             row["max_abs_change"] = float(fold_layernorms(model, example).max_abs_change or 0.0)
         rows[name] = row
