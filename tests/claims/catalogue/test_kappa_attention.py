@@ -92,3 +92,21 @@ def test_attention_log_range_is_the_softmax_score_range():
     probs = scores.masked_fill(~causal, -math.inf).softmax(-1)
     # rows with >= 4 keys: the last row, whose scores span 7
     assert attention_log_range([probs], min_keys=4) == pytest.approx(7.0)
+
+
+def test_the_formula_checks_can_fail(monkeypatch):
+    """The operator's tail slope and Abe's symmetry hold for every valid config, so a probe
+    reading an operator without them stands in: an exponential tail (slope far from
+    -1/kappa), a first-order deviation from softmax, an odd part left by q <-> 1/q."""
+    from normlab.claims.catalogue import kappa_attention as claim_module
+
+    config = CLAIM.config("quick")
+    checks = {c.name: c for c in CLAIM.checks}
+    st = claim_module.st
+    bad_tail = {f"slope_kappa_{k:g}": -50.0 for k in config["tail_kappas"]}
+    monkeypatch.setattr(st, "tail_exponent", lambda *a: ({**bad_tail, "max_rel_error": 4.0}, {}))
+    assert not checks["algebraic_tail"].fn(config).passed
+    for order, gap in ((1.0, 0.0), (2.0, 1e-3)):
+        row = {"order_in_eps": order, "reciprocal_gap": gap}
+        monkeypatch.setattr(st, "abe_deviation", lambda *a, row=row: (row, {}))
+        assert not checks["abe_no_odd_terms"].fn(config).passed
