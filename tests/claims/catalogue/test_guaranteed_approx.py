@@ -61,3 +61,18 @@ def test_a_normalizing_control_makes_the_guarantee_untestable():
     helps = next(e for e in verdict.effects if e.name == "guarantee_helps")
     assert helps.verdict == "untestable"
     assert verdict.primary.verdict == "supported"
+
+
+def test_the_guarantees_check_can_fail(monkeypatch):
+    """A datapath whose softmax leaves |sum p - 1| = 1e-3 (or whose LayerNorm's std is off
+    by 1e-3) fails the check; the model and probe stand in for the trained ones."""
+    from normlab.claims.catalogue import guaranteed_approx as claim_module
+
+    check = next(c for c in CLAIM.checks if c.name == "guarantees_hold")
+    config = CLAIM.config("smoke")
+    monkeypatch.setattr(claim_module, "_trained", lambda config, seed: (None, {}))
+    monkeypatch.setattr(claim_module, "_probe", lambda config, seed: None)
+    for errors in ((0.0, 0.0), (1e-3, 0.0), (0.0, 1e-3)):
+        row = {"max_sum_error": errors[0], "max_sigma_error": errors[1]}
+        monkeypatch.setattr(claim_module, "normalization_errors", lambda *a, row=row, **k: row)
+        assert check.fn(config).passed == (errors == (0.0, 0.0))
