@@ -52,3 +52,15 @@ def test_spikes_are_read_on_the_training_sets_loss(smoke_measurement):
     cfg = CLAIM.config("smoke")
     assert cfg["loss_sequences"] == cfg["train_size"]
     assert CLAIM.config("quick")["loss_sequences"] == CLAIM.config("quick")["train_size"]
+
+
+def test_the_closed_form_check_can_fail(monkeypatch):
+    """A closed-form LayerNorm Jacobian off by 1e-6 (here: scaled) fails the check."""
+    from normlab.claims.catalogue import curvature_spikes as claim_module
+
+    check = next(c for c in CLAIM.checks if c.name == "closed_form_curvature")
+    config = CLAIM.config("smoke")
+    assert check.fn(config).passed
+    exact = claim_module.norm_jacobian
+    monkeypatch.setattr(claim_module, "norm_jacobian", lambda *a: exact(*a) * (1 + 1e-6))
+    assert not check.fn(config).passed
