@@ -43,6 +43,20 @@ def _grads(op: str, rows: torch.Tensor, r: torch.Tensor, w: torch.Tensor, b: tor
 @pytest.mark.parametrize(("dtype", "d"), [(torch.float32, 1024), (torch.bfloat16, 1000)], ids=str)
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_streamed_rows_equal_cached_rows(op: str, d: int, dtype: torch.dtype, threshold: int):
+    _check(op, d, dtype, threshold)
+
+
+WIDE_ROW, WIDE_BYTES = 4096, 16 << 20  # norms.cpp: kWideRow, kWideStreamBytes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_wide_rows_streamed_from_16_mb(op: str, dtype: torch.dtype, threshold: int):
+    """Rows of 4096 stream from 16 MB of output, whatever the reported last-level cache."""
+    _check(op, WIDE_ROW, dtype, min(threshold, WIDE_BYTES))
+
+
+def _check(op: str, d: int, dtype: torch.dtype, threshold: int) -> None:
     rows = -(-threshold // (d * dtype.itemsize)) + 3  # just above the threshold
     gen = torch.Generator().manual_seed(0)
     x = (torch.randn(rows, d, generator=gen) * 2).to(dtype)

@@ -36,7 +36,14 @@ bench`` shows both regimes.
 
 Outputs of at least half the last-level cache are written with streaming stores (no read
 for ownership; csrc/norms.cpp ``streams``): RMSNorm forward, 8192 x 1024 fp32, one thread,
-1.58 -> 1.46 ms against 1.69 ms for ``copy_`` (interleaved, min of 80, load 12.6).
+1.58 -> 1.46 ms against 1.69 ms for ``copy_`` (interleaved, min of 80, load 12.6). On a
+machine whose ``sysconf`` reports the socket's cache (384 MB here, while one core shares a
+32 MB L3) that threshold (192 MB) is never reached, so rows of at least 4096 elements also
+stream from 16 MB of output: at 2048 x 4096 (one thread, thread CPU time, load 2.3,
+interleaved, medians of 21) fp32 RMSNorm forward 2.37 -> 2.09 ms, LayerNorm forward 3.11 ->
+2.80, RMSNorm backward 4.83 -> 3.22, LayerNorm backward 5.74 -> 3.82, bf16 backward 2.77 /
+3.64 -> 2.18 / 2.71 (bf16 RMSNorm forward 1.15 -> 1.19). Rows of 1024 stay cached: streaming
+them was slower (fp32 forward 2.0-2.2 -> 2.4-2.9 ms, bf16 forward 0.94 -> 1.8).
 bfloat16 outputs are rounded with AVX512-BF16's ``vcvtneps2bf16`` where the CPU has it (a
 third of the scalar rounding's time).
 
@@ -59,10 +66,21 @@ the memory limit, then x ``F.rms_norm`` / ``F.layer_norm``):
 - DyT fp32 forward 0.85 / 0.52, bf16 0.36 / 0.25; Softmax1 fp32 forward 0.79 / 0.65, bf16
   0.27 / 0.29; add + RMSNorm fp32 forward+backward 0.86 / 0.71, bf16 0.57 / 0.44.
 
-Not reached, and why: rows of 4096 cost 1.3-2x more per element than rows of 1024 in every
-kernel, the single-pass DyT forward included (3.2 vs 1.6 ms for 8M fp32 on one thread;
-``copy_`` the same at both widths); shifting the buffers' alignment changed nothing, and
-column tiles that keep w and b in L1 made it slower (4.7 ms); the cause is open. bfloat16
+Rows of 4096 cost 1.3-2x more per element than rows of 1024 (8M fp32 on one thread, load
+1.2-1.4, medians of 15, ms by row length 512 / 1024 / 2048 / 2560 / 3072 / 4096 / 8192:
+DyT 1.57 / 1.52 / 1.61 / 1.81 / 2.61 / 3.06 / 3.03, LayerNorm 1.82 / 1.73 / 2.16 / 2.56 /
+2.74 / 2.75 / 2.90, RMSNorm 1.64 / 1.36 / 1.53 / 1.66 / 1.84 / 1.97 / 2.20, ``copy_``
+1.3-1.6 at every width). The step falls where a row's working set passes the 48 KB L1: DyT
+reads x, w, b and writes y, 16 D bytes a row, and jumps between 2560 (40 KB) and 3072
+(48 KB); LayerNorm's 16 D bytes likewise, RMSNorm's 12 D bytes more gradually. Two
+remedies were measured: streaming stores of y (above) keep the row in L1 for the
+re-reading kernels; for DyT, software prefetch of x 2048 elements ahead (3.4-3.5 -> 2.2-2.8
+ms at rows of 4096-8192, unchanged at 1024). The same prefetch in the first pass of RMSNorm
+and LayerNorm forward was within the run's noise (+-10%: 2.40 -> 2.26 ms at 4096, bf16 at
+1024 0.93 -> 1.04) and was left out, as were column tiles of 8 rows x 1024 that keep w and
+b in L1 (DyT 3.1 -> 4.5 ms: eight 4 KB streams defeat the hardware prefetcher) and four
+independent accumulators in the row sums (the single-vector sum is not the limit: 2.12 vs
+2.08 ms at 1024, 2.33 vs 2.19 at 4096, within noise). bfloat16
 halves the bytes but not the arithmetic, so on one thread LayerNorm (three passes), DyT
 (tanh's division) and Softmax1 (exp) are compute-bound; fresh fp32 outputs under glibc's
 default allocator cost page faults (~0.1x copy, as ``x.clone()``).
