@@ -43,7 +43,15 @@ stream from 16 MB of output: at 2048 x 4096 (one thread, thread CPU time, load 2
 interleaved, medians of 21) fp32 RMSNorm forward 2.37 -> 2.09 ms, LayerNorm forward 3.11 ->
 2.80, RMSNorm backward 4.83 -> 3.22, LayerNorm backward 5.74 -> 3.82, bf16 backward 2.77 /
 3.64 -> 2.18 / 2.71 (bf16 RMSNorm forward 1.15 -> 1.19). Rows of 1024 stay cached: streaming
-them was slower (fp32 forward 2.0-2.2 -> 2.4-2.9 ms, bf16 forward 0.94 -> 1.8).
+them was slower (fp32 forward 2.0-2.2 -> 2.4-2.9 ms, bf16 forward 0.94 -> 1.8). At 2048 x
+4096 (load 1.1, medians of 21) Softmax1's backward went 3.09 -> 2.65 ms (fp32), its bf16
+forward 2.08 -> 2.27 (compute-bound, exp); DyT's forward, which fences once a row rather
+than once a 256-column chunk (a fence a chunk made it 1.5-3.4x slower), 2.04 -> 1.65 ms
+fp32 (``copy_`` 1.73) and 1.58 -> 1.55 bf16. ``normlab bench --threads 1`` afterwards (load
+1.0; (8192, 1024) / (2048, 4096)): RMSNorm fp32 forward 0.70 / 0.71 copy, forward+backward
+0.81 / 0.65 memory limit; LayerNorm fp32 forward 0.73 / 0.68 (1.14 / 1.64x ``F.layer_norm``),
+forward+backward 0.67 / 0.50 (1.30 / 1.33x); DyT fp32 forward 0.90 / 0.87; one bench run
+moves these by +-0.1 (LayerNorm forward+backward at 2048 x 4096 read 0.78 in another).
 bfloat16 outputs are rounded with AVX512-BF16's ``vcvtneps2bf16`` where the CPU has it (a
 third of the scalar rounding's time).
 
