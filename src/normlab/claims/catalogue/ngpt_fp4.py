@@ -130,32 +130,31 @@ def _figure(measurements: Sequence[dict[str, Any]]):
     return fig
 
 
-_BASE = {"n_layers": 2, "n_heads": 4, "context": 64, "batch": 8, "weight_decay": 0.1,
-         "fp4_amax": {"ngpt": 1.0, "tinygpt": None}}  # fmt: skip
+_BASE = {"n_layers": 2, "n_heads": 4, "context": 64, "batch": 8, "weight_decay": 0.1}
+_AMAX = {"ngpt": 1.0, "tinygpt": None}  # NVFP4 amax: nGPT's unit norm; pre-LN per tensor
 #: Quick's lr ladder: 3x steps spanning both optima at d = 64 (pre-LN 3e-3, nGPT 3e-2).
 _LRS = [3e-3, 1e-2, 3e-2]
 _GAP_MARGIN = Margin(0.01, "normlab's choice: ~ the seed-to-seed spread of a quick TinyGPT's loss")
 
 
-def _search(arms: list[str], lrs: list[float], extend: int) -> dict[str, Any]:
-    return {"arms": arms, "space": {"lr": lrs}, "extend": extend}
+def _cfg(seeds, steps, widths, arms, lrs, extend, probes, evals, **shape) -> dict[str, Any]:
+    """A scale's config: ``shape`` overrides ``_BASE``; ``arms`` tuned over ``lrs``."""
+    search = {"arms": arms, "space": {"lr": lrs}, "extend": extend}
+    head = {**_BASE, "fp4_amax": _AMAX, **shape, "seeds": seeds, "steps": steps, "widths": widths}
+    return {**head, "search": search, "probe_sequences": probes, "eval_batches": evals}
 
 
 _SMOKE_ARMS = ["tinygpt-d16", "tinygpt-wide", "ngpt-d16", "ngpt-wide"]
 _FULL_ARMS = [f"{n}-{w}" for n in _MODELS for w in ("d64", "d128", "wide")]
-_CONFIGS = {
-    "smoke": {**_BASE, "seeds": 1, "n_heads": 2, "context": 32, "batch": 4, "steps": 3,
-                  "widths": (16, 32), "search": _search(_SMOKE_ARMS, [1e-2], 1),
-                  "probe_sequences": 4, "eval_batches": 1},
-        # the widest width's arm is "<model>-wide" at any width (robustness: 32, 128)
-        "quick": {**_BASE, "seeds": 5, "context": 32, "steps": 400, "widths": (64,),
-                  "search": _search([f"{n}-wide" for n in _MODELS], _LRS, 2),
-                  "probe_sequences": 16, "eval_batches": 4},
-        "full": {**_BASE, "seeds": 5, "n_layers": 4, "context": 128, "batch": 32,
-                 "steps": 2000, "widths": (64, 128, 256),
-                 "search": _search(_FULL_ARMS, [2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2], 2),
-                 "probe_sequences": 64, "eval_batches": 16},
-}  # fmt: skip
+_QUICK_ARMS = [f"{n}-wide" for n in _MODELS]
+_FULL_LRS = [2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2]
+_FULL_SHAPE = {"n_layers": 4, "context": 128, "batch": 32}
+_CONFIGS = {  # (seeds, steps, widths, tuned arms, lr grid, edge steps, probe seqs, eval batches)
+    "smoke": _cfg(1, 3, (16, 32), _SMOKE_ARMS, [1e-2], 1, 4, 1, n_heads=2, context=32, batch=4),
+    # the widest width's arm is "<model>-wide" at any width (robustness: 32, 128)
+    "quick": _cfg(5, 400, (64,), _QUICK_ARMS, _LRS, 2, 16, 4, context=32),
+    "full": _cfg(5, 2000, (64, 128, 256), _FULL_ARMS, _FULL_LRS, 2, 64, 16, **_FULL_SHAPE),
+}
 
 
 def _narrowest_gap(m: Mapping[str, Any]) -> float:
@@ -175,21 +174,21 @@ def _slope_gap(m: Mapping[str, Any]) -> float:
     return cell(m, "ngpt", "snr_width_slope") - cell(m, "tinygpt", "snr_width_slope")
 
 
+_GAP_KW = {"margin": _GAP_MARGIN, "unit": "bpb", "if_diverged": _IF_DIVERGED}
+_NARROW = "as gap_smaller, at the smallest width"
+_SNR = "nGPT's NVFP4 SNR at k = d_model minus pre-LN's, at the widest width"
+_SLOPE = "nGPT's log-log slope of SNR against width minus pre-LN's "
+_SLOPE += "(> 0: the advantage widens with width)"
+_SNR_ARMS = ("ngpt-wide", "tinygpt-wide", "snr_db")
 _SECONDARY = (
-    Effect("gap_smaller_narrowest", "as gap_smaller, at the smallest width", _narrowest_gap,
-           direction="less", margin=_GAP_MARGIN, unit="bpb", if_diverged=_IF_DIVERGED,
-           scales=_FULL),
-    difference("snr_higher", "nGPT's NVFP4 SNR at k = d_model minus pre-LN's, at the widest "
-               "width", "ngpt-wide", "tinygpt-wide", "snr_db", direction="greater",
-               margin=_SNR_MARGIN, unit="dB"),
-    Effect("snr_advantage_grows", "nGPT's log-log slope of SNR against width minus pre-LN's "
-           "(> 0: the advantage widens with width)", _slope_gap, direction="greater",
-           margin=_SLOPE_MARGIN, scales=_FULL),
-)  # fmt: skip
-
-_PREMISE = Premise("nvfp4_hurts_baseline", f"pre-LN's {_GAP} at the widest width",
-                   lambda m: _gap(m, "tinygpt-wide"), direction="greater", margin=_GAP_MARGIN,
-                   unit="bpb", gates=("gap_smaller",), if_diverged=_IF_DIVERGED)  # fmt: skip
+    Effect("gap_smaller_narrowest", _NARROW, _narrowest_gap, "less", **_GAP_KW, scales=_FULL),
+    difference("snr_higher", _SNR, *_SNR_ARMS, direction="greater", margin=_SNR_MARGIN, unit="dB"),
+    Effect("snr_advantage_grows", _SLOPE, _slope_gap, "greater", _SLOPE_MARGIN, scales=_FULL),
+)
+_HURTS = ("nvfp4_hurts_baseline", f"pre-LN's {_GAP} at the widest width")  # name, description
+_PREMISE = Premise(
+    *_HURTS, lambda m: _gap(m, "tinygpt-wide"), "greater", gates=("gap_smaller",), **_GAP_KW
+)
 
 CLAIM = register_claim(
     Claim(
@@ -211,12 +210,10 @@ CLAIM = register_claim(
             "the uniform predictor)",
             lambda m: _gap(m, "ngpt-wide") - _gap(m, "tinygpt-wide"),
             direction="less",
-            margin=_GAP_MARGIN,
             method="ngpt-wide",
             baseline="tinygpt-wide",
-            unit="bpb",
-            if_diverged=_IF_DIVERGED,
             exchangeable=_WIDE,
+            **_GAP_KW,
         ),
         secondary=_SECONDARY,
         premises=(_PREMISE,),
