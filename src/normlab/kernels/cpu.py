@@ -87,8 +87,10 @@ ms at rows of 4096-8192, unchanged at 1024). The same prefetch in the first pass
 and LayerNorm forward was within the run's noise (+-10%: 2.40 -> 2.26 ms at 4096, bf16 at
 1024 0.93 -> 1.04) and was left out, as were column tiles of 8 rows x 1024 that keep w and
 b in L1 (DyT 3.1 -> 4.5 ms: eight 4 KB streams defeat the hardware prefetcher) and four
-independent accumulators in the row sums (the single-vector sum is not the limit: 2.12 vs
-2.08 ms at 1024, 2.33 vs 2.19 at 4096, within noise). bfloat16
+independent accumulators in RMSNorm's sum of squares, the pass that reads x from memory
+(2.12 vs 2.08 ms at 1024, 2.33 vs 2.19 at 4096, within noise). LayerNorm's second pass,
+which re-reads a 4096-float row from L2, does gain from four accumulators (2.56-2.68 ->
+2.05-2.25 ms at 2048 x 4096; 4-11% slower at rows of 1024, which keep one). bfloat16
 halves the bytes but not the arithmetic, so on one thread LayerNorm (three passes), DyT
 (tanh's division) and Softmax1 (exp) are compute-bound; fresh fp32 outputs under glibc's
 default allocator cost page faults (~0.1x copy, as ``x.clone()``).
