@@ -230,9 +230,9 @@ CLAIM = register_claim(
         ),
         scale_note=(
             "8x8 digits, not the paper's images; quick: depths 8 and 16, 12 epochs of 512 "
-            "images (192 steps; at 3 epochs the depth-16 baselines' late share was 0.4-0.8, at "
-            "6 0.1-0.35: under-trained), two lr values; full: depth 32 too, every image, 30 "
-            "epochs, three lr values."
+            "images (192 steps), two lr values: late share 0.4-0.6 at 3 epochs, at 12 still "
+            "0.41 (Swish) and 0.22 (learned-beta Swish) at depth 16: under-trained; full: "
+            "depth 32 too, every image, 30 epochs, three lr values."
         ),
         configs={
             "smoke": _config(1, [8, 16], 4, 1, 128, [3e-3], extend=0, n_val=100),
