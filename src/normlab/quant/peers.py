@@ -135,7 +135,13 @@ def peer_quantizers(
 ) -> dict[str, PeerQuantizer | None]:
     """A :class:`PeerQuantizer` per backend of ``backends`` at ``bits`` and ``group``; None
     for a backend whose library is not installed (the ``peers`` extra: no value, not an
-    error)."""
+    error).
+
+    Examples:
+        >>> peers = peer_quantizers(["hqq"], bits=2, group=64)
+        >>> list(peers), peers["hqq"] is None or peers["hqq"].bits == 2  # None: not installed
+        (['hqq'], True)
+    """
     peers: dict[str, PeerQuantizer | None] = {}
     for backend in backends:
         try:
