@@ -172,7 +172,7 @@ def test_worker_processes_release_the_other_seeds_and_the_record_stays_current(t
 
 
 def test_the_placebo_tunes_once_on_its_own_first_seed_and_is_flagged(tmp_path, counted):
-    claim, calls = counted
+    claim, _ = counted
     (result,) = ClaimRunner(tmp_path, jobs=1).run(
         [claim], "quick", robustness="none", placebo=True
     )
