@@ -171,3 +171,20 @@ def test_a_placebo_without_the_primarys_cells_is_not_available_and_says_why():
         del m["table"]["method"]["acc"]  # e.g. rows named after the arm actually trained
     out = judge_placebo(claim, ms)
     assert out["status"] == "not available" and "No 'acc' for 'method'" in out["why"]
+
+
+def test_a_primary_over_derived_rows_has_no_placebo():
+    derived = difference(
+        "share_gap",
+        "a selection's share minus a random pick's",
+        "selected",
+        "placebo",
+        "share",
+        direction="greater",
+        margin=Margin(0.0, "normlab's choice: test"),
+    )
+    claim = toy_claim(primary=derived, configs={s: _config(GOOD) for s in SCALES})
+    assert placebo_override(claim) is None
+    out = judge_placebo(claim, [{"table": {}}])
+    assert out["status"] == "not available" and "no two tuned arms" in out["why"]
+    assert placebo_override(_claim(GOOD)) is not None  # method and baseline are tuned arms

@@ -182,3 +182,17 @@ def test_the_placebo_tunes_once_on_its_own_first_seed_and_is_flagged(tmp_path, c
     assert first.measurement["tuning"]["method"]["placebo_of"] == "baseline"
     aa = result.verdict.placebo
     assert aa["status"] == "run" and aa["flagged"], aa  # the handicapped baseline shows
+
+
+def test_a_placebo_whose_every_task_failed_says_so(tmp_path, counted):
+    from dataclasses import replace
+
+    from normlab.claims.results import ClaimResult
+
+    claim, _ = counted
+    (result,) = ClaimRunner(tmp_path, jobs=1).run([claim], "quick", robustness="none")
+    failed = [replace(t, status="error", measurement=None, error="boom") for t in result.tasks]
+    judged = ClaimResult.from_tasks(claim, "quick", result.tasks, placebo=failed)
+    aa = judged.verdict.placebo
+    assert aa["status"] == "not available" and aa["why"] == "every placebo task failed"
+    assert aa["failed_tasks"] == len(failed)

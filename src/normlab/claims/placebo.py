@@ -18,7 +18,7 @@ runs it on request (``normlab report --placebo``; always at full scale).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from normlab.claims.core import Claim, Effect, Measurement, claimed_bound
@@ -30,13 +30,25 @@ __all__ = ["judge_placebo", "placebo_effect", "placebo_override"]
 
 def placebo_effect(claim: Claim) -> Effect | None:
     """The effect the placebo is judged by: the primary, or for "beats every baseline" the
-    part against the first named baseline; None when the primary names no arms."""
+    part against the first named baseline; None when the primary compares no two tuned
+    arms (it names none, or rows derived from them, e.g. a selection against a random
+    pick)."""
     primary = claim.primary
     candidates = primary.parts or (primary,)
     for effect in candidates:
-        if effect.method and effect.baseline:
+        if _tuned_arm(claim, effect.method) and _tuned_arm(claim, effect.baseline):
             return effect
     return None
+
+
+def _tuned_arm(claim: Claim, row: str | None) -> bool:
+    """Whether ``row`` (``"<arm>"`` or a pooled ``"<configuration>/<arm>"``) is an arm of
+    the claim's quick search."""
+    spec = claim.config("quick").get("search")
+    if not row or not isinstance(spec, Mapping):
+        return False
+    arms = spec.get("arms") or list(spec.get("per_arm") or ())
+    return row in arms or row.rsplit("/", 1)[-1] in arms
 
 
 def placebo_override(claim: Claim) -> dict[str, Any] | None:
@@ -69,7 +81,7 @@ def judge_placebo(claim: Claim, measurements: Sequence[Measurement]) -> dict[str
     """
     effect = placebo_effect(claim)
     if effect is None:
-        return {"status": "not available", "why": "the primary names no method and baseline"}
+        return {"status": "not available", "why": "the primary compares no two tuned arms"}
     if not measurements or not all(_honoured(m, effect) for m in measurements):
         return {
             "status": "not available",

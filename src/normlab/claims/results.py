@@ -116,6 +116,8 @@ class ClaimResult:
                     claim, [t.measurement for t in placebo if t.status == "ok" and t.measurement]
                 )
                 aa["failed_tasks"] = sum(t.status != "ok" for t in placebo)
+                if aa["failed_tasks"] == len(placebo):
+                    aa = {**aa, "status": "not available", "why": "every placebo task failed"}
             verdict = replace(verdict, null=null, robustness=robust, placebo=aa)
         return cls(claim, scale, seeds, checks, verdict, tuple(neighbours) + tuple(placebo))
 

@@ -79,6 +79,8 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
                     m = measurements[key] = forecast_arms(config, seed, splits, arms, train, kept)
                     per_config[key] = {"group": group}
                     per_config[key] |= {a.split("/")[1]: row for a, row in m["table"].items()}
+                    if f"{role}/pamod" not in kept:  # the A/A placebo trained a baseline there
+                        continue
                     norm = kept[f"{role}/pamod"][0].norm  # the longest period's tables, channel 0
                     a, ph = (p[-1][:, 0].detach() for p in (norm.amplitude, norm.phase))
                     tables[key] = {"amplitude": a.exp().tolist(), "phase": ph.tolist()}
