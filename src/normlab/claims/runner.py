@@ -146,9 +146,9 @@ class ClaimRunner:
         return [(s, self.key(claim, scale, s)) for s in seeds]
 
     def current_keys(self, claim: Claim, scale: str) -> set[str]:
-        """The keys of every main task of ``claim`` at ``scale`` that tunes for itself,
-        under the code as it is now (a record whose keys differ was computed by older
-        code: stale)."""
+        """The keys every main task of ``claim`` at ``scale`` has when it tunes for itself
+        (no fixed choices), under the code as it is now: a record's own tuning keys must be
+        among them, or older code computed it (stale)."""
         return {key for _, key in self.tasks(claim, scale)}
 
     def tuning_keys(self, claim: Claim, scale: str) -> set[str]:
@@ -174,7 +174,14 @@ class ClaimRunner:
         A cached file that cannot be read, or that holds no usable measurement (null, or a
         seed task without a table), is a miss, with a warning naming it.
         """
-        path = self.path(claim.id, scale, seed, self.key(claim, scale, seed, override, fixed))
+        key = self.key(claim, scale, seed, override, fixed)
+        return self._cached_at(claim.id, scale, seed, key)
+
+    def _cached_at(
+        self, claim_id: str, scale: str, seed: int | None, key: str
+    ) -> TaskResult | None:
+        """:meth:`cached` for a task whose key is known."""
+        path = self.path(claim_id, scale, seed, key)
         if self.force or not path.exists():
             return None
         try:
@@ -239,7 +246,7 @@ class ClaimRunner:
             counts as finished at once."""
             fresh = []
             for task in tasks:
-                hit = self.cached(task.claim, scale, task.seed, task.override, task.fixed)
+                hit = self._cached_at(*task.args(), task.key)
                 if hit is None:
                     fresh.append(task)
                     continue

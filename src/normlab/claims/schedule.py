@@ -105,9 +105,9 @@ class Schedule:
         seeds = list(claim.seeds(self.scale))
         if not tunes(claim, self.scale) or len(seeds) < 2:
             return [self._task(claim, s, override) for s in seeds]
-        group = json.dumps(override, sort_keys=True) if override else ""
-        self._waiting[(claim.id, group)] = seeds[1:]
-        return [self._task(claim, seeds[0], override)]
+        first = self._task(claim, seeds[0], override)
+        self._waiting[(claim.id, first.group)] = seeds[1:]
+        return [first]
 
     def start(self) -> list[Task]:
         """The tasks that can start at once: tuning seeds first (the dearest tasks)."""
