@@ -11,7 +11,7 @@ import pytest
 from normlab.claims import Margin
 from normlab.claims.arms import Trained, placebo_seed, run_arms
 from normlab.claims.core import SCALES, difference
-from normlab.claims.placebo import judge_placebo, placebo_override
+from normlab.claims.placebo import judge_placebo, not_applicable, placebo_override
 from normlab.claims.rule import judge_claim
 from tests.claims._toys import toy_claim
 
@@ -186,5 +186,36 @@ def test_a_primary_over_derived_rows_has_no_placebo():
     claim = toy_claim(primary=derived, configs={s: _config(GOOD) for s in SCALES})
     assert placebo_override(claim) is None
     out = judge_placebo(claim, [{"table": {}}])
-    assert out["status"] == "not available" and "no two tuned arms" in out["why"]
+    assert out["status"] == "not applicable" and "no two tuned arms" in out["why"]
+    moot = not_applicable(claim, "quick")
+    assert moot["status"] == "not applicable" and "'selected' and 'placebo'" in moot["why"]
     assert placebo_override(_claim(GOOD)) is not None  # method and baseline are tuned arms
+    assert not_applicable(_claim(GOOD), "quick") is None
+
+
+def test_an_untuned_claim_has_no_placebo_by_design_and_says_why():
+    configs = {s: {"seeds": 5} for s in SCALES}
+    claim = toy_claim(primary=_claim(GOOD).primary, configs=configs, untuned="one shared model")
+    moot = not_applicable(claim, "quick")
+    assert moot["status"] == "not applicable" and "(one shared model)" in moot["why"]
+
+
+def test_a_test_writing_side_rows_keys_them_by_the_slot_under_the_placebo():
+    """A twin row written beside the arm's (ngpt-fp4's "<arm>-fp4") lands on the method's
+    slot when the placebo trains the baseline there, so the primary finds its cells."""
+    claim = _claim(GOOD)
+    twins = {}
+
+    def test(arm, trained):
+        twins[f"{trained.slot}-twin"] = {"acc": trained.model["loss"], "trained": arm}
+        return _test(arm, trained)
+
+    m = run_arms(
+        {**claim.config("quick"), **placebo_override(claim)}, 3, _train, test, reference=10
+    )
+    assert twins["method-twin"]["trained"] == "baseline"
+    assert twins["baseline-twin"]["trained"] == "baseline" and set(twins) == {
+        "method-twin",
+        "baseline-twin",
+    }
+    assert set(m["table"]) == {"method", "baseline"}

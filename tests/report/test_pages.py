@@ -140,7 +140,7 @@ def _with_placebo(placebo):
     return record
 
 
-def test_the_placebo_is_shown_flagged_clean_or_not_run():
+def test_the_placebo_is_shown_flagged_clean_not_applicable_or_not_run():
     flagged = {
         "status": "run",
         "effect": "bpb_gain",
@@ -166,6 +166,9 @@ def test_the_placebo_is_shown_flagged_clean_or_not_run():
     assert "--placebo" in text and "Not run" in text
     missing = {"status": "not available", "why": "the claim tunes no arms"}
     assert "Not available: the claim tunes no arms" in _text(_page(_with_placebo(missing)))
+    moot = {"status": "not applicable", "why": "no arm is tuned (one shared model)"}
+    assert "Not applicable: no arm is tuned" in _text(_page(_with_placebo(moot)))
+    assert "placebo not applicable" in _text(_index(_with_placebo(moot)))
 
 
 def test_an_effect_card_shows_the_verdict_at_margin_zero_power_and_detectable_effect():

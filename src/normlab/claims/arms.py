@@ -8,7 +8,8 @@ A claim gives two functions:
   better). The data are the claim's, built from the task's seed outside ``train``, so that
   every arm of a seed sees the same data.
 - ``test(arm, trained) -> row``: the arm's test metrics (the table row), computed once,
-  for the chosen parameters only.
+  for the chosen parameters only (``arm`` is the arm trained; ``trained.slot`` the row
+  it fills).
 
 :func:`run_arms` tunes each arm over the config's ``"search"`` with
 :func:`~normlab.claims.protocol.tune_arms` (equal grid trials, selection on validation,
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from normlab.claims.core import Measurement
@@ -52,12 +53,18 @@ class Trained:
             ``FitResult.losses``), or None; the engine records the share of its
             improvement made in the last quarter for the convergence premise
             (:func:`~normlab.training.fit.late_share`).
+        slot: the table row this training fills, set by the engine before ``test``: the
+            arm itself, or under the A/A placebo the method's arm while ``model`` holds
+            the baseline. A test that writes rows beside its own (a twin's, e.g.
+            ngpt-fp4's ``"<arm>-fp4"``) keys them by ``slot``, so the placebo's rows land
+            where the primary reads the method's.
     """
 
     val: float
     model: Any = None
     diverged: Mapping[str, Any] | None = None
     curve: Sequence[float] | None = None
+    slot: str = ""
 
 
 def placebo_seed(seed: int) -> int:
@@ -124,5 +131,6 @@ def run_arms(
         elif trained.curve is not None:
             share = late_share(trained.curve)
             records[arm]["late_share"] = share if math.isfinite(share) else None
-        table[arm] = {**dict(test(source(arm)[0], trained)), **t.chosen}
+        row = test(source(arm)[0], replace(trained, slot=arm))
+        table[arm] = {**dict(row), **t.chosen}
     return {"table": table, "tuning": records, "diverged": diverged}

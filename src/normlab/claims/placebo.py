@@ -25,7 +25,7 @@ from normlab.claims.core import Claim, Effect, Measurement, claimed_bound
 from normlab.claims.protocol import PLACEBO_KEY
 from normlab.claims.rule import judge_effect
 
-__all__ = ["judge_placebo", "placebo_effect", "placebo_override"]
+__all__ = ["judge_placebo", "not_applicable", "placebo_effect", "placebo_override"]
 
 
 def placebo_effect(claim: Claim) -> Effect | None:
@@ -60,6 +60,23 @@ def placebo_override(claim: Claim) -> dict[str, Any] | None:
     return {PLACEBO_KEY: {"method": effect.method, "baseline": effect.baseline}}
 
 
+def not_applicable(claim: Claim, scale: str) -> dict[str, str] | None:
+    """``{"status": "not applicable", "why"}`` for a claim that has no A/A placebo by
+    design at ``scale`` (no arm is tuned, or its primary compares rows derived from the
+    arms), else None (the placebo applies: run or not run)."""
+    if "search" not in claim.config(scale):
+        why = f"no arm is tuned ({claim.untuned}), so no method's path trains the baseline"
+        return {"status": "not applicable", "why": why}
+    if placebo_effect(claim) is None:
+        rows = " and ".join(f"'{r}'" for r in (claim.primary.method, claim.primary.baseline) if r)
+        why = (
+            f"the primary compares rows derived from the tuned arms ({rows or 'none named'}), "
+            "not two tuned arms, so no baseline can take the method's place"
+        )
+        return {"status": "not applicable", "why": why}
+    return None
+
+
 def _honoured(measurement: Measurement, effect: Effect) -> bool:
     record = (measurement.get("tuning") or {}).get(effect.method) or {}
     return record.get("placebo_of") == effect.baseline
@@ -74,14 +91,14 @@ def judge_placebo(claim: Claim, measurements: Sequence[Measurement]) -> dict[str
         whose value lies on the claimed side of the margin; ``flagged``: the placebo is
         "supported" at margin 0, i.e. it beats the baseline in the claimed direction, which
         a fair comparison does 2.5% of the time, for superiority and non-inferiority
-        primaries alike), or ``{"status":
-        "not available", "why"}`` when the claim's run does not honour the placebo (it
-        does not go through :func:`normlab.claims.arms.run_arms`, or it names rows after
-        the arm it trained, so the primary's cells are missing) or names no arms.
+        primaries alike); ``{"status": "not available", "why"}`` when the claim's run does
+        not honour the placebo (it does not go through :func:`normlab.claims.arms.run_arms`,
+        or the primary's cells are missing under it); ``{"status": "not applicable",
+        "why"}`` when its primary compares no two tuned arms (see :func:`not_applicable`).
     """
     effect = placebo_effect(claim)
     if effect is None:
-        return {"status": "not available", "why": "the primary compares no two tuned arms"}
+        return {"status": "not applicable", "why": "the primary compares no two tuned arms"}
     if not measurements or not all(_honoured(m, effect) for m in measurements):
         return {
             "status": "not available",

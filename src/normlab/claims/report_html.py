@@ -470,12 +470,13 @@ def _null(record: Mapping[str, Any]) -> str:
 
 
 def _placebo_status(record: Mapping[str, Any]) -> str:
-    """The A/A placebo in a few words: flagged, clean, not available or not run."""
+    """The A/A placebo in a few words: flagged, clean, not applicable, not available or
+    not run."""
     placebo = record.get("placebo")
     if not placebo:
-        return "not run" if not record.get("untuned") else "untuned"
+        return "not run"
     if placebo.get("status") != "run":
-        return "not available"
+        return placebo.get("status", "not available")
     return "flagged" if placebo.get("flagged") else "clean"
 
 
@@ -492,14 +493,13 @@ def _placebo(record: Mapping[str, Any]) -> str:
     placebo = record.get("placebo")
     head = "<h3>A/A placebo</h3>"
     if not placebo:
-        if record.get("untuned"):
-            return ""
         scale = record.get("scale", "quick")
         at = f" --scale {scale}" if scale != "quick" else ""
         command = f"normlab report --only {record['id']}{at} --placebo"
         return f"{head}<p>Not run (run: <code>{esc(command)}</code>).</p>"
     if placebo.get("status") != "run":
-        return f"{head}<p>Not available: {esc(placebo.get('why', ''))}.</p>"
+        status = placebo.get("status", "not available").capitalize()
+        return f"{head}<p>{esc(status)}: {esc(placebo.get('why', ''))}.</p>"
     estimate = fmt_estimate(placebo.get("mean"), placebo.get("low"), placebo.get("high"))
     side = placebo.get("claimed_side")
     side_text = f"{100 * side:.0f}%" if isinstance(side, int | float) else "?"

@@ -12,7 +12,7 @@ from typing import Any
 from normlab.claims._format import NO_VERDICT, robustness_status
 from normlab.claims.calibration import null_calibration
 from normlab.claims.core import CheckOutcome, Claim, Effect, Margin
-from normlab.claims.placebo import judge_placebo
+from normlab.claims.placebo import judge_placebo, not_applicable
 from normlab.claims.rule import ClaimVerdict, judge_claim
 from normlab.claims.tasks import TaskResult
 
@@ -110,7 +110,7 @@ class ClaimResult:
             if reruns:  # robustness was asked for: the margin's neighbours cost no training
                 reruns += _margin_robustness(claim, ok, outcomes, scale)
             robust = tuple({**r, "flips": _flips(r["verdict"], verdict.verdict)} for r in reruns)
-            aa = None
+            aa = not_applicable(claim, scale)
             if placebo:
                 aa = judge_placebo(
                     claim, [t.measurement for t in placebo if t.status == "ok" and t.measurement]

@@ -78,8 +78,9 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
         (fp32, tc, training_seed), (name, width) = trained.model, _split(arm, config)
         gpt, amax = gpt_for(name, width, **shape), config["fp4_amax"][name]
         bpb4, diverged4, _ = fp4_twin(gpt, tc, amax, training_seed, held)
-        fp4_diverged.update({f"{arm}-fp4": diverged4} if diverged4 is not None else {})
-        twins[f"{arm}-fp4"] = {"bpb": UNIFORM_BPB if diverged4 else bpb4, "lr": tc.lr}
+        twin = f"{trained.slot}-fp4"  # the row's, so that the placebo's twin is the method's
+        fp4_diverged.update({twin: diverged4} if diverged4 is not None else {})
+        twins[twin] = {"bpb": UNIFORM_BPB if diverged4 else bpb4, "lr": tc.lr}
         if trained.diverged is not None:
             return {"bpb": UNIFORM_BPB, "snr_db": math.nan}
         snr = gemm_snr_profile(fp32, probe, [width])[0]
