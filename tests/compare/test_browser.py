@@ -35,4 +35,7 @@ def test_compare_page_reads_well(text_file, tmp_path):
     assert not faults, faults
     for s in stats:
         assert s.images == 1 and s.verdicts >= 5 and s.whys >= 3
-        assert "tuned lr per seed" in s.headers and "lr: validation (every trial)" in s.headers
+        assert (
+            "lr per seed (the first tuned)" in s.headers
+            and "lr: validation (every trial)" in s.headers
+        )

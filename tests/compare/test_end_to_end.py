@@ -26,7 +26,14 @@ def _outputs(out: Path, arms: list[str]) -> dict:
     for arm in arms:
         assert arm in html
     assert len(data["tuning"]) == len(arms) * 2
-    assert all(len(t["history"]) >= 2 for t in data["tuning"])  # the grid, same for every arm
+    first = min(t["seed"] for t in data["tuning"])
+    tuned = [t for t in data["tuning"] if t["seed"] == first]
+    assert len(tuned) == len(arms)
+    assert all(len(t["history"]) >= 2 for t in tuned)  # the grid, same for every arm
+    for t in data["tuning"]:  # tune once: every other seed trains at its first seed's lr
+        if t["seed"] != first:
+            (chosen,) = [u["chosen"] for u in tuned if u["arm"] == t["arm"]]
+            assert t["tie"] == "fixed" and [h["params"] for h in t["history"]] == [chosen]
     return data
 
 

@@ -33,13 +33,14 @@ class Arm:
 
     Attributes:
         name: the arm (a norm spec, or a series normalizer / "none").
-        lrs: the tuned learning rate per seed.
+        lrs: the learning rate per seed (the first seed's tuned, the others' equal to it).
         tests: the test metric per seed (a diverged choice counts as the untrained model's).
         vals: the chosen validation score per seed.
         untrained: the untrained model's validation metric per seed.
         premise: every seed's tuned model beats its untrained model on validation.
         diverged: seeds whose chosen run diverged.
-        on_edge: seeds whose choice stayed on the edge of the grid after extending it.
+        on_edge: seeds whose tuning stayed on the edge of the grid after extending it
+            (the first seed only: the others train at its choice).
         curves: the chosen run's validation curve per seed.
         train_seconds: the trainings' own time, all seeds.
     """
@@ -386,8 +387,9 @@ def compare(
 ) -> Comparison:
     """Compare normalizations in ``model`` on ``data`` with the claims protocol.
 
-    Every arm is tuned over ``lrs`` (the same trials, selected on validation, an edge
-    choice extended), trained on ``seeds`` seeds, scored once on test, and judged against
+    Every arm is tuned over ``lrs`` on the first seed (the same trials, selected on
+    validation, an edge choice extended), trained on every seed at that choice (tune
+    once, as the claims engine does), scored once on test, and judged against
     ``reference`` by paired per-seed differences (see :mod:`normlab.compare.stats`).
 
     Args:

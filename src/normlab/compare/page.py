@@ -116,7 +116,7 @@ def _arms_table(c: Comparison) -> str:
     return table(
         [
             "arm",
-            "tuned lr per seed",
+            "lr per seed (the first tuned)",
             f"test {esc(c.unit)} [95% CI]",
             "untrained val",
             "beats untrained",
@@ -172,12 +172,14 @@ def render(c: Comparison) -> str:
 <p class="muted small">{esc(c.model)}; data {esc(s["data"])}; task {esc(s["task"])};
 arms {esc(", ".join(s["norms"]))}; reference {esc(c.reference)}; {len(c.seeds)} seeds;
 {s["steps"]} steps per run; learning rates {esc(", ".join(f"{x:g}" for x in s["lrs"]))}
-(the same trials for every arm, selected on validation, an edge choice extended);
+(the same trials for every arm, selected on the first seed's validation, an edge choice
+extended; the other seeds train once at that choice);
 {c.seconds:.0f} s ({c.cached} tasks from the cache).</p>
 <section><h2>Arms</h2>{_arms_table(c)}
 <p class="small muted">Test metric once per seed, for the learning rate chosen on
-validation. A diverged run counts as its untrained model. "Beats untrained": the learned
-premise, every seed's tuned model below its untrained model on validation.</p></section>
+the first seed's validation. A diverged run counts as its untrained model. "Beats
+untrained": the learned premise, every seed's model below its untrained model on
+validation.</p></section>
 <section><h2>Effects against {esc(c.reference)}</h2>{cards}
 <p class="small muted">Paired per-seed differences (same seed: same data order and initial
 weights outside the norms). "better"/"worse": the t-interval clears 0 at Holm's level over

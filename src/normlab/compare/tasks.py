@@ -1,4 +1,5 @@
-"""One task of a comparison: one arm, one seed, tuned over the learning rates.
+"""One task of a comparison: one arm, one seed, tuned over the learning rates (the first
+seed) or trained at the first seed's choice (the others).
 
 :func:`run_task` is what a worker process (or a Ray worker) runs. It resolves MODEL and
 DATA from the plain setting (cached per process), measures the arm's untrained model on
@@ -21,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normlab.claims import tune_once
 from normlab.claims.arms import Trained, run_arms
 from normlab.compare.data import Data, resolve_data
 from normlab.compare.models import ModelSource, build, resolve_model
@@ -178,18 +180,25 @@ def _train_one(
     return trained, time.perf_counter() - start
 
 
-def run_task(setting: Mapping[str, Any], arm: str, seed: int) -> dict[str, Any]:
-    """Tune, train and test one arm for one seed; the task record the cache keeps.
+def run_task(
+    setting: Mapping[str, Any], arm: str, seed: int, fixed: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Tune (or train at ``fixed``), train and test one arm for one seed; the task record
+    the cache keeps.
 
     Args:
         setting: the comparison's plain setting (see :func:`normlab.compare.api.compare`).
         arm: one of ``setting["norms"]``.
         seed: the seed (weights, data order).
+        fixed: the parameters the arm's first seed chose (``{"lr": ...}``): this seed
+            trains once at them instead of tuning (:mod:`normlab.claims.tune_once`);
+            None: it tunes.
 
     Returns:
         ``arm``, ``seed``, the chosen ``lr``, its validation score ``val``, its ``test``
         metric (a diverged choice counts as the untrained model's), the ``untrained``
-        model's validation and test metric, the ``tuning`` record, ``diverged`` (or None),
+        model's validation and test metric, the ``tuning`` record, ``fixed`` (whether it
+        trained at the first seed's choice), ``diverged`` (or None),
         the chosen run's validation ``curve``, ``train_seconds`` (the trainings' own time)
         and ``seconds`` (the whole task).
     """
@@ -213,9 +222,10 @@ def run_task(setting: Mapping[str, Any], arm: str, seed: int) -> dict[str, Any]:
             return {"test": untrained["test"]}
         return {"test": metric(trained.model["model"], data, "test", setting)}
 
-    measured = run_arms(
-        search_config(setting), seed, train, test, reference=untrained["val"], arms=[arm]
-    )
+    with tune_once.session([{arm: dict(fixed)}] if fixed else None):
+        measured = run_arms(
+            search_config(setting), seed, train, test, reference=untrained["val"], arms=[arm]
+        )
     row = measured["table"][arm]
     record = measured["tuning"][arm]
     return {
@@ -226,6 +236,7 @@ def run_task(setting: Mapping[str, Any], arm: str, seed: int) -> dict[str, Any]:
         "val": record.get("val"),
         "untrained": untrained,
         "tuning": record,
+        "fixed": bool(fixed),
         "diverged": measured["diverged"].get(arm),
         "curve": curve,
         "train_seconds": own[0],
