@@ -49,7 +49,7 @@ def test_streamed_rows_equal_cached_rows(op: str, d: int, dtype: torch.dtype, th
 WIDE_ROW, WIDE_BYTES = 4096, 16 << 20  # norms.cpp: kWideRow, kWideStreamBytes
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_wide_rows_streamed_from_16_mb(op: str, dtype: torch.dtype, threshold: int):
     """Rows of 4096 stream from 16 MB of output, whatever the reported last-level cache."""

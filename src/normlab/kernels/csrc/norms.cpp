@@ -54,26 +54,53 @@ inline bool streams(long R, long D, long item) {
   return R * D * item >= kStreamBytes || (D >= kWideRow && R * D * item >= kWideStreamBytes);
 }
 
-inline float ld(const float* p, long i) { return p[i]; }
-inline float ld(const uint16_t* p, long i) {
-  uint32_t u = static_cast<uint32_t>(p[i]) << 16;
+// float16 travels as its 16 bits (half): gcc 12 converts a _Float16 one element at a time
+// (a scalar vcvtph2ps; the loops around it do not vectorise), which made every float16 kernel
+// 8-20x slower than bfloat16 (8192 x 1024 RMSNorm forward 10.3 ms, bfloat16 1.34, one
+// thread). The conversions below are integer and float32 arithmetic that vectorises, the
+// FP16 library's (as torch's c10::Half): exact, round to nearest even, NaN kept NaN, and no
+// subnormal float32 intermediate, so a flush-to-zero mode does not change them.
+enum class half : uint16_t {};
+
+inline float from_bits(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
 }
-inline float ld(const _Float16* p, long i) { return static_cast<float>(p[i]); }
-inline void st(float* p, long i, float v) { p[i] = v; }
-inline void st(_Float16* p, long i, float v) { p[i] = static_cast<_Float16>(v); }
-inline void st(uint16_t* p, long i, float v) {
+inline uint32_t to_bits(float f) {
   uint32_t u;
-  std::memcpy(&u, &v, 4);
-  uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
-  p[i] = static_cast<uint16_t>(v != v ? 0x7FC0u : rounded);
+  std::memcpy(&u, &f, 4);
+  return u;
 }
 
-// out[j] = f(j) for j < D, f computed in float32 (float16 rounds through F16C). For bfloat16
-// on a CPU with AVX512-BF16 the values go through a 64-float buffer and vcvtneps2bf16 (round
-// to nearest even, as st does; 3x faster than the scalar rounding), else through st.
+inline float ld(const float* p, long i) { return p[i]; }
+inline float ld(const uint16_t* p, long i) { return from_bits(static_cast<uint32_t>(p[i]) << 16); }
+inline float ld(const half* p, long i) {
+  const uint32_t w = static_cast<uint32_t>(p[i]) << 16;
+  const uint32_t sign = w & 0x80000000u, two_w = w + w;
+  // normal: exponent rebased by 224 - 15 - 127 = 82 in the bits and 2^-112 as a product
+  const float normal = from_bits((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  const float subnormal = from_bits((two_w >> 17) | (126u << 23)) - 0.5f;  // m 2^-24
+  return from_bits(sign | to_bits(two_w < (1u << 27) ? subnormal : normal));
+}
+inline void st(float* p, long i, float v) { p[i] = v; }
+inline void st(uint16_t* p, long i, float v) {
+  const uint32_t u = to_bits(v);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
+  p[i] = static_cast<uint16_t>(v != v ? 0x7FC0u : rounded);
+}
+inline void st(half* p, long i, float v) {
+  const uint32_t w = to_bits(v), shl1 = w + w;
+  // 2^112 turns an overflow into inf, 2^-110 then rounds at float16's precision in the add
+  uint32_t bias = shl1 & 0xFF000000u;
+  bias = bias < 0x71000000u ? 0x71000000u : bias;
+  const float scaled = (std::fabs(v) * 0x1.0p+112f) * 0x1.0p-110f;
+  const uint32_t b = to_bits(from_bits((bias >> 1) + 0x07800000u) + scaled);
+  const uint32_t nonsign = ((b >> 13) & 0x7C00u) + (b & 0x0FFFu);
+  p[i] = static_cast<half>(((w >> 16) & 0x8000u) | (shl1 > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+// out[j] = f(j) for j < D, f computed in float32 (streaming stores when nts, see above).
 template <typename F>
 inline void emit(float* out, long D, F f, bool nts = false, bool fence = true) {
   long j0 = 0;
@@ -92,28 +119,63 @@ inline void emit(float* out, long D, F f, bool nts = false, bool fence = true) {
 #pragma omp simd
   for (long j = j0; j < D; ++j) out[j] = f(j);
 }
-template <typename F>
-inline void emit(_Float16* out, long D, F f, bool = false, bool = true) {
-#pragma omp simd
-  for (long j = 0; j < D; ++j) out[j] = static_cast<_Float16>(f(j));
+#if defined(__AVX512F__)
+// 16 floats to bfloat16 as st rounds them (round to nearest even, NaN to 0x7FC0): 20-30%
+// slower than vcvtneps2bf16 in the bfloat16 forward kernels, so it runs where that cannot.
+inline __m256i round_bf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i up = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, up), 16);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+  return _mm512_cvtepi32_epi16(r);
 }
-template <typename F>
-inline void emit(uint16_t* out, long D, F f, bool nts = false, bool fence = true) {
-  long j0 = 0;
+inline __m256i narrow(uint16_t*, __m512 v) {
 #if defined(__AVX512BF16__)
+  const __m256bh h = _mm512_cvtneps_pbh(v);
+  return reinterpret_cast<const __m256i&>(h);
+#else
+  return round_bf16(v);
+#endif
+}
+// float16 with F16C's rounding (to nearest even), which equals st's.
+inline __m256i narrow(half*, __m512 v) {
+  return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+#endif
+
+// For 16-bit outputs on a CPU with AVX-512 the values go through a 64-float buffer and one
+// conversion per 16 (as a loop of st they do not vectorise); else through st.
+template <typename T, typename F>
+inline void emit16(T* out, long D, F f, bool nts, bool fence) {
+  long j0 = 0;
+#if defined(__AVX512F__)
   nts = nts && (reinterpret_cast<uintptr_t>(out) & 63) == 0;
   constexpr long C = 64;
   alignas(64) float buf[C];
   for (; j0 + C <= D; j0 += C) {
 #pragma omp simd
     for (long j = 0; j < C; ++j) buf[j] = f(j0 + j);
-    for (long k = 0; k < C; k += 16) {
-      __m256bh h = _mm512_cvtneps_pbh(_mm512_load_ps(buf + k));
-      __m256i* to = reinterpret_cast<__m256i*>(out + j0 + k);
+    __m256i h[C / 16];
+    for (long k = 0; k < C / 16; ++k) h[k] = narrow(out, _mm512_load_ps(buf + 16 * k));
+#if defined(__AVX512BF16__)
+    // vcvtneps2bf16 flushes subnormal inputs to zero (torch keeps them): a chunk holding one
+    // (rare) is rounded again in integers. The test costs 3-13% (one thread, 8192 x 1024
+    // bfloat16 forward and backward kernels); a test per 16 values cost 10-25%.
+    __mmask16 tiny = 0;  // subnormal values in the chunk (vfpclassps class 0x20)
+    for (long k = 0; k < C / 16 && std::is_same_v<T, uint16_t>; ++k) {
+      tiny |= _mm512_fpclass_ps_mask(_mm512_load_ps(buf + 16 * k), 0x20);
+    }
+    if (tiny != 0) {
+      for (long k = 0; k < C / 16; ++k) h[k] = round_bf16(_mm512_load_ps(buf + 16 * k));
+    }
+#endif
+    for (long k = 0; k < C / 16; ++k) {
+      __m256i* to = reinterpret_cast<__m256i*>(out + j0 + 16 * k);
       if (nts) {
-        _mm256_stream_si256(to, reinterpret_cast<__m256i&>(h));
+        _mm256_stream_si256(to, h[k]);
       } else {
-        _mm256_storeu_si256(to, reinterpret_cast<__m256i&>(h));
+        _mm256_storeu_si256(to, h[k]);
       }
     }
   }
@@ -121,6 +183,14 @@ inline void emit(uint16_t* out, long D, F f, bool nts = false, bool fence = true
 #endif
 #pragma omp simd
   for (long j = j0; j < D; ++j) st(out, j, f(j));
+}
+template <typename F>
+inline void emit(uint16_t* out, long D, F f, bool nts = false, bool fence = true) {
+  emit16(out, D, f, nts, fence);
+}
+template <typename F>
+inline void emit(half* out, long D, F f, bool nts = false, bool fence = true) {
+  emit16(out, D, f, nts, fence);
 }
 
 // exp(x) for x <= 88: Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, degree-7 Taylor
@@ -546,7 +616,7 @@ void softmax1_bwd(const T* dy, const T* y, T* dx, long R, long D, int nt) {
 }
 
 // In dispatch, void* is read as float* (dt = 0), uint16_t* (dt = 1, bfloat16 bits) or
-// _Float16* (dt = 2).
+// half* (dt = 2, float16 bits).
 #define NL_T(p) static_cast<const T*>(p)
 #define NL_DISPATCH(dt, call)        \
   do {                               \
@@ -554,7 +624,7 @@ void softmax1_bwd(const T* dy, const T* y, T* dx, long R, long D, int nt) {
       using T = uint16_t;            \
       call;                          \
     } else if (dt == 2) {            \
-      using T = _Float16;            \
+      using T = half;                \
       call;                          \
     } else {                         \
       using T = float;               \
