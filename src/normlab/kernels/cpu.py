@@ -159,6 +159,7 @@ _SIGNATURES: dict[str, tuple[type, ...]] = {
     "nl_dyt_bwd": (_I, _P, _P, _F, _P, _P, _P, _P, _P, _P, _P, _P, _L, _L, _I),
     "nl_softmax1_fwd": (_I, _P, _P, _P, _L, _L, _I),
     "nl_softmax1_bwd": (_I, _P, _P, _P, _L, _L, _I),
+    "nl_exp": (_P, _P, _L),
 }
 _VERSION = 4  # nl_version() of csrc/norms.cpp
 _lock = threading.Lock()

@@ -195,7 +195,9 @@ inline void emit(half* out, long D, F f, bool nts = false, bool fence = true) {
 
 // exp(x) for x <= 88: Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, degree-7 Taylor
 // polynomial (truncation error < 6e-9 relative), scaled by 2^n through the exponent bits.
-// Below -87.33 (where float32 results turn subnormal) it returns 0.
+// Below -87.33 (where float32 results turn subnormal) it returns 0. Branch-free, so softmax1's
+// loops over it vectorise (16 lanes). Error against float64 over every 97th float32 in [-87.33,
+// 88.37]: at most 0.92 ulp, mean 0.06 (tests/kernels/test_softmax1_exp.py).
 inline float fast_exp(float x) {
   float xc = x < -87.33f ? -87.33f : (x > 88.37f ? 88.37f : x);
   float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -688,6 +690,12 @@ void nl_softmax1_fwd(int dt, const void* x, void* y, float* work, long R, long D
 
 void nl_softmax1_bwd(int dt, const void* dy, const void* y, void* dx, long R, long D, int nt) {
   NL_DISPATCH(dt, softmax1_bwd<T>(NL_T(dy), NL_T(y), static_cast<T*>(dx), R, D, nt));
+}
+
+// softmax1's exp on n values (the vectorised loop the kernel runs), for the tests.
+void nl_exp(const float* x, float* y, long n) {
+#pragma omp simd
+  for (long i = 0; i < n; ++i) y[i] = fast_exp(x[i]);
 }
 
 long nl_blocks() { return NB; }
