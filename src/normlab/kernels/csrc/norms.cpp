@@ -348,6 +348,12 @@ inline __m512 get(vector, const half* p, long j) {
 
 template <typename T, typename G>
 inline float row_sum(long D, G g) {
+  if constexpr (std::is_same_v<T, float>) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (long j = 0; j < D; ++j) s += g(scalar(), j);
+    return s;
+  }
   float t = 0.0f;
   long j = 0;
 #if defined(__AVX512F__)
@@ -369,6 +375,17 @@ inline float row_sum(long D, G g) {
 }
 template <typename T, typename G, typename H>
 inline void row_sum2(long D, G g, H h, float& sg, float& sh) {
+  if constexpr (std::is_same_v<T, float>) {
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma omp simd reduction(+ : s1, s2)
+    for (long j = 0; j < D; ++j) {
+      s1 += g(scalar(), j);
+      s2 += h(scalar(), j);
+    }
+    sg = s1;
+    sh = s2;
+    return;
+  }
   float tg = 0.0f, th = 0.0f;
   long j = 0;
 #if defined(__AVX512F__)
@@ -407,7 +424,7 @@ void rms_fwd(const T* x, const T* res, const float* w, float off, T* sum, T* y, 
   for (long i = 0; i < R; ++i) {
     const long o = i * D;
     const T* src = add_residual(x, res, sum, o, D);
-    const float ss = row_sum<T>(D, [&](auto v, long j) {
+    const float ss = row_sum<T>(D, [=](auto v, long j) {
       const auto a = get(v, src, j);
       return a * a;
     });
@@ -441,7 +458,7 @@ void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rs
     for (long i = block_lo(b, R); i < block_lo(b + 1, R); ++i) {
       const long o = i * D;
       const float r = rstd[i];
-      float c = row_sum<T>(D, [&](auto v, long j) {
+      float c = row_sum<T>(D, [=](auto v, long j) {
         return get(v, dy + o, j) * (get(v, w, j) + off) * (get(v, x + o, j) * r);
       });
       c = c * invd;
@@ -462,7 +479,7 @@ void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rs
 
 template <typename T>
 inline float row_mean(const T* x, long D) {
-  return row_sum<T>(D, [&](auto v, long j) { return get(v, x, j); }) / static_cast<float>(D);
+  return row_sum<T>(D, [=](auto v, long j) { return get(v, x, j); }) / static_cast<float>(D);
 }
 
 // LayerNorm saves the row mean and rstd (float32) for the backward pass, so it reads x and dy
@@ -501,7 +518,7 @@ void ln_fwd(const T* x, const T* res, const float* w, const float* bias, float o
       ss = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
     }
 #endif
-    ss += row_sum<T>(D - j0, [&](auto v, long j) {
+    ss += row_sum<T>(D - j0, [=](auto v, long j) {
       const auto d = get(v, src + j0, j) - mu;
       return d * d;
     });
@@ -553,8 +570,8 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
       const float mu = mean[i];
       float c1 = 0.0f, c2 = 0.0f;
       row_sum2<T>(
-          D, [&](auto v, long j) { return get(v, dy + o, j) * (get(v, w, j) + off); },
-          [&](auto v, long j) {
+          D, [=](auto v, long j) { return get(v, dy + o, j) * (get(v, w, j) + off); },
+          [=](auto v, long j) {
             return get(v, dy + o, j) * (get(v, w, j) + off) * ((get(v, x + o, j) - mu) * r);
           },
           c1, c2);
