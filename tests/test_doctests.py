@@ -48,23 +48,22 @@ MODULES = (
     "normlab.training.tale",
     "normlab.training.unlearn",
 )
-#: Modules whose examples are still to be written: only their coverage check may fail.
-_MOVED = "moved out of the claim catalogue (issue 34/35); examples still to be written"
-PENDING: dict[str, str] = {
-    "normlab.probes.numerics": _MOVED,
-    "normlab.probes.spikes": _MOVED + " for coincidence",
-    "normlab.training.attention_rank": _MOVED,
-    "normlab.training.bn_linear_gd": _MOVED,
-    "normlab.training.tale": _MOVED,
-}
 #: Optional packages a module's examples need.
 NEEDS = {"normlab.functional.sparse": "entmax", "normlab.quant.peers": "hqq"}
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
 def _tests(name: str) -> list[doctest.DocTest]:
+    """The examples of module ``name``, with those of the public names it re-exports from
+    another module (named as if defined in ``name``: doctest's finder skips them)."""
     module = importlib.import_module(name)
-    return [t for t in doctest.DocTestFinder().find(module) if t.examples]
+    finder = doctest.DocTestFinder()
+    tests = finder.find(module)
+    for n in module.__all__:
+        obj = getattr(module, n)
+        if (inspect.isclass(obj) or inspect.isfunction(obj)) and obj.__module__ != name:
+            tests += finder.find(obj, f"{name}.{n}")
+    return [t for t in tests if t.examples]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -79,15 +78,7 @@ def test_examples_pass(name: str) -> None:
     assert result.failed == 0, out.getvalue()
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=False, reason=PENDING[n]))
-        if n in PENDING
-        else n
-        for n in MODULES
-    ],
-)
+@pytest.mark.parametrize("name", MODULES)
 def test_every_public_name_has_an_example(name: str) -> None:
     module = importlib.import_module(name)
     public = [

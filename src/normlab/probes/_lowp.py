@@ -8,7 +8,12 @@ __all__ = ["pairwise_sum", "round_to", "unit_roundoff"]
 
 
 def unit_roundoff(dtype: torch.dtype) -> float:
-    """``u = eps / 2`` of a floating dtype (2^-11 for fp16, 2^-8 for bf16)."""
+    """``u = eps / 2`` of a floating dtype (2^-11 for fp16, 2^-8 for bf16).
+
+    Examples:
+        >>> unit_roundoff(torch.float16) == 2**-11, unit_roundoff(torch.bfloat16) == 2**-8
+        (True, True)
+    """
     return torch.finfo(dtype).eps / 2
 
 

@@ -22,7 +22,15 @@ __all__ = ["SoftmaxError", "lowp_softmax", "sink_sweep"]
 
 
 def lowp_softmax(x: torch.Tensor, dtype: torch.dtype, *, shifted: bool) -> torch.Tensor:
-    """Softmax over the last axis with every operation in ``dtype``; returned in fp64."""
+    """Softmax over the last axis with every operation in ``dtype``; returned in fp64.
+
+    Examples:
+        >>> x = torch.tensor([[12.0, 0.0, -1.0]])  # exp(12) overflows fp16 (max 65504)
+        >>> shifted = lowp_softmax(x, torch.float16, shifted=True)
+        >>> unshifted = lowp_softmax(x, torch.float16, shifted=False)
+        >>> round(shifted.sum().item(), 3), bool(unshifted.isnan().any())
+        (1.0, True)
+    """
     xl = x.to(dtype).double()
     z = round_to(xl - xl.amax(-1, keepdim=True), dtype) if shifted else xl
     e = round_to(torch.exp(z), dtype)
@@ -43,6 +51,11 @@ class SoftmaxError(Record):
             (0 unshifted: exact inputs are not rounded again).
         sink_mass: mean probability of the sink.
         overflow: whether any exp overflowed.
+
+    Examples:
+        >>> r = SoftmaxError("bfloat16", True, 40.0, 0.13, 41.6, 1.0, False)
+        >>> r.to_dict()["kappa"], r.overflow
+        (41.6, False)
     """
 
     dtype: str
@@ -68,6 +81,13 @@ def sink_sweep(
     Logits are ``N(0, spread^2)`` with position 0 set to ``sink``; inputs are rounded to
     each dtype first and the reference is the float64 softmax of those rounded inputs, so
     the measured error is the evaluation's own.
+
+    Examples:
+        >>> records = sink_sweep([0.0, 40.0], n=16, rows=4, dtypes=(torch.bfloat16,))
+        >>> [(r.sink, r.shifted) for r in records]
+        [(0.0, False), (0.0, True), (40.0, False), (40.0, True)]
+        >>> records[2].error < 0.01 < records[3].error  # the shifted error grows with the sink
+        True
     """
     generator = torch.Generator().manual_seed(seed)
     base = spread * torch.randn(rows, n, generator=generator, dtype=torch.float64)

@@ -83,6 +83,19 @@ def lowp_norm(
         compute: "native" (every operation rounded to ``dtype``) or "upcast" (float32
             arithmetic, output rounded to ``dtype``).
         eps: the norm's epsilon.
+
+    Examples:
+        >>> x = torch.randn(4, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        >>> exact = x / x.square().mean(-1, keepdim=True).add(1e-5).sqrt()
+        >>> y = lowp_norm(x, "rmsnorm", torch.bfloat16)
+        >>> err = (y - exact).norm(dim=-1) / exact.norm(dim=-1)
+        >>> y.dtype, bool((err <= error_bound(x, "rmsnorm", torch.bfloat16)).all())
+        (torch.float64, True)
+        >>> big = torch.full((4,), 300.0)  # fp16 native: 300^2 overflows and the output is 0
+        >>> for compute in ("native", "upcast"):
+        ...     print(compute, lowp_norm(big, "rmsnorm", torch.float16, compute=compute).tolist())
+        native [0.0, 0.0, 0.0, 0.0]
+        upcast [1.0, 1.0, 1.0, 1.0]
     """
     if kind not in ("layernorm", "rmsnorm") or compute not in ("native", "upcast"):
         raise ValueError(
@@ -125,6 +138,13 @@ def condition_number(
         kind: "layernorm" or "rmsnorm".
         bulk: boolean mask ``(d,)`` of the channels ``S`` to measure (default: all).
         eps: the norm's epsilon.
+
+    Examples:
+        >>> x = torch.randn(4, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        >>> x[:, 0] += 1e3  # a massive activation in channel 0; the bulk is the rest
+        >>> kappa = condition_number(x, "rmsnorm", bulk=torch.arange(64) > 0)
+        >>> kappa.shape, bool((kappa <= 2).all())  # RMSNorm: at most 2 whatever the outlier
+        (torch.Size([4]), True)
     """
     xd = x.double()
     d = xd.shape[-1]
@@ -160,6 +180,15 @@ def error_bound(
     ``u (kappa_S + 1)`` for upcast evaluation; for native evaluation
     ``u (kappa_S + [LN] (L mean|x| + |mu|) / rms_S(x - mu) + [LN] 2 + (L + 2) / 2 + 2)``
     with ``L = ceil(log2 d)`` (see the module docstring).
+
+    Examples:
+        >>> x = torch.randn(2, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        >>> u, kappa = unit_roundoff(torch.bfloat16), condition_number(x, "rmsnorm")
+        >>> (error_bound(x, "rmsnorm", torch.bfloat16) / u - kappa).round(decimals=6).tolist()
+        [6.0, 6.0]
+        >>> up = error_bound(x, "rmsnorm", torch.bfloat16, compute="upcast")
+        >>> (up / u - kappa).round(decimals=6).tolist()  # u (kappa + 1)
+        [1.0, 1.0]
     """
     u = unit_roundoff(dtype)
     kappa = condition_number(x, kind, bulk=bulk, eps=eps)
@@ -189,6 +218,11 @@ class NormError(Record):
         error: mean over rows of ``||y_hat_S - y_S|| / ||y_S||`` (inf when not finite).
         kappa: mean over rows of :func:`condition_number` on the bulk.
         bound: mean over rows of :func:`error_bound`.
+
+    Examples:
+        >>> r = NormError("rmsnorm", "bfloat16", "native", 1e3, 0.0024, 2.0, 0.027)
+        >>> r.error <= r.bound, r.to_dict()["outlier"]
+        (True, 1000.0)
     """
 
     kind: str
@@ -215,6 +249,13 @@ def outlier_sweep(
 
     Rows are ``N(0, 1)`` in ``d`` channels plus ``outlier`` added to the first ``channels``
     channels (a massive activation in a fixed channel, Sun et al. 2024).
+
+    Examples:
+        >>> records = outlier_sweep([1.0, 1e3], d=16, rows=2, dtypes=(torch.bfloat16,))
+        >>> [(r.kind, r.outlier) for r in records][:2], all(r.error <= r.bound for r in records)
+        ([('layernorm', 1.0), ('rmsnorm', 1.0)], True)
+        >>> outlier_sweep([1e3], d=16, rows=2, dtypes=(torch.float16,))[0].error  # x^2 overflows
+        1.0
     """
     generator = torch.Generator().manual_seed(seed)
     base = torch.randn(rows, d, generator=generator, dtype=torch.float64)

@@ -107,6 +107,15 @@ def coincidence(
         ``rho``, ``rho_placebo``, ``rho_placebo_sd``, ``spikes`` (onsets after the burn-in:
         spike steps whose predecessor is not one), ``spiked`` (1.0 if any) and
         ``max_spike`` (the largest ``a_t``).
+
+    Examples:
+        >>> import math
+        >>> loss, curvature = [1.0] * 60, [1.0] * 60
+        >>> for t in (20, 40):  # two loss spikes (x3), each on a curvature peak
+        ...     loss[t], curvature[t] = 3.0, math.e
+        >>> r = coincidence(loss, curvature, window=3, tau=1, burn=5, shifts=8, spike_abs=0.5)
+        >>> r["spikes"], round(r["max_spike"], 3), r["rho"] > 0.5 > r["rho_placebo"]
+        (2.0, 1.099, True)
     """
     rise = spike_size(loss, window)
     lossv = np.asarray(loss, dtype=float)

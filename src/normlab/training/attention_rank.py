@@ -95,7 +95,15 @@ class AttentionStack(nn.Module):
 
 @torch.no_grad()
 def stack_distances(stack: AttentionStack, x: torch.Tensor) -> list[float]:
-    """:func:`rank_one_distance` of the first sequence of ``x`` after each layer of ``stack``."""
+    """:func:`rank_one_distance` of the first sequence of ``x`` after each layer of ``stack``.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> stack = AttentionStack(8, 2, 4, residual=False, norm=False)
+        >>> d = stack_distances(stack, torch.randn(1, 6, 8))
+        >>> len(d), d[-1] < 1e-3 < d[0]  # attention alone collapses the tokens to rank one
+        (4, True)
+    """
     return [rank_one_distance(h[0]) for h in stack.states(x)]
 
 
@@ -106,7 +114,15 @@ def train_stack(
     ``tokens``, ``train_steps``, ``train_lr``) inside ``embed -> stack -> LN -> head`` to
     predict the token two positions back (vocabulary 16, batches of 16 uniform sequences),
     Adam at ``train_lr``. Returns the stack, the embedding and the fit result, whose
-    ``losses`` are the training curve (uniform prediction: ``log 16``)."""
+    ``losses`` are the training curve (uniform prediction: ``log 16``).
+
+    Examples:
+        >>> config = {"dim": 8, "heads": 2, "depth": 2, "tokens": 6, "train_steps": 5,
+        ...           "train_lr": 1e-2}
+        >>> stack, embed, result = train_stack(config, 0, residual=True)
+        >>> len(stack.layers), len(result.losses), abs(result.losses[0] - math.log(16)) < 1
+        (2, 5, True)
+    """
     d, n, vocab = int(config["dim"]), int(config["tokens"]), 16
     torch.manual_seed(seed)
     embed = nn.Embedding(vocab, d)
@@ -133,7 +149,13 @@ def train_stack(
 
 def token_set(n: int, d: int, r: int, g: torch.Generator, *, offset: bool = True) -> torch.Tensor:
     """``n`` float64 tokens of affine rank ``r`` (``A B`` plus, with ``offset``, a random
-    shift, so the hull misses the origin)."""
+    shift, so the hull misses the origin).
+
+    Examples:
+        >>> x = token_set(6, 10, 2, torch.Generator().manual_seed(0))
+        >>> x.shape, x.dtype, int(affine_rank(x, rtol=1e-9))
+        (torch.Size([6, 10]), torch.float64, 2)
+    """
     a = torch.randn(n, r, generator=g, dtype=torch.float64)
     b = torch.randn(r, d, generator=g, dtype=torch.float64)
     shift = 3 * torch.randn(1, d, generator=g, dtype=torch.float64) if offset else 0.0
@@ -207,6 +229,13 @@ def pgop_trained(
 
     Both arms start from the same weights (PG-OP's gates at 0 make it the plain projection
     at initialisation), see the same batches and use the same optimizer (Adam 1e-2).
+
+    Examples:
+        >>> config = {"dim": 8, "tokens": 6, "heads": 2, "pgop_steps": 5}
+        >>> plain, _ = pgop_trained(config, 0, gated=False)
+        >>> gated, diverged = pgop_trained(config, 0, gated=True)
+        >>> plain["gate_identifiability"] < 1e-9 < gated["gate_identifiability"], diverged
+        (True, None)
     """
     from normlab.attention.pgop import PositionGatedOutput, gate_identifiability
 
@@ -248,7 +277,13 @@ def trained_layernorm(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A pre-LN attention block trained briefly (``train_steps``, default 60, Adam 1e-2) to
     predict the previous token: its LayerNorm's (weight, bias) and the embedded token states
-    of one fresh sequence (float64), for LN's rank arithmetic at trained parameters."""
+    of one fresh sequence (float64), for LN's rank arithmetic at trained parameters.
+
+    Examples:
+        >>> w, b, states = trained_layernorm({"dim": 8, "tokens": 6, "heads": 2, "train_steps": 3})
+        >>> w.shape, states.shape, states.dtype, float((w - 1).abs().max()) > 0  # trained
+        (torch.Size([8]), torch.Size([6, 8]), torch.float64, True)
+    """
     d, n = config["dim"], config["tokens"]
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
@@ -278,7 +313,14 @@ def trained_ln_rank(config: Mapping[str, int]) -> dict[str, float]:
     ``moved`` (``max |w - 1| + max |b|``), ``states_kept`` (1.0 when LN keeps the affine rank
     of the model's own token states), ``general_changed`` (general-position sets whose rank
     changed) and ``low_plus_one`` / ``low_trials`` (low-rank sets off the origin that gained
-    one dimension), over ``max(trials // 4, 3)`` sets of :func:`ln_rank_trials`."""
+    one dimension), over ``max(trials // 4, 3)`` sets of :func:`ln_rank_trials`.
+
+    Examples:
+        >>> config = {"dim": 8, "tokens": 6, "heads": 2, "train_steps": 3, "trials": 4}
+        >>> row = trained_ln_rank(config)
+        >>> row["states_kept"], row["general_changed"], row["low_plus_one"], row["low_trials"]
+        (1.0, 0.0, 3.0, 3.0)
+    """
     w, b, states = trained_layernorm(config)
     n_sets = max(config["trials"] // 4, 3)
     g = torch.Generator().manual_seed(1)
@@ -298,7 +340,13 @@ def pgop_properties(config: Mapping[str, int]) -> dict[str, float]:
     """PG-OP's construction: ``same`` (1.0 when at initialisation it equals the plain output
     projection), ``overhead`` at BERT-base (768 wide, 12 heads, 512 positions), and the gate
     identifiability of its gains at initialisation (``plain``) and with random gates
-    (``gated``)."""
+    (``gated``).
+
+    Examples:
+        >>> p = pgop_properties({"dim": 8, "heads": 2, "tokens": 4})
+        >>> p["same"], p["plain"], p["gated"] > 0, round(p["overhead"], 4)
+        (1.0, 0.0, True, 0.0104)
+    """
     from normlab.attention.pgop import PositionGatedOutput, gate_identifiability
 
     torch.manual_seed(0)
@@ -335,7 +383,15 @@ def collapse_row(curve: list[float]) -> dict[str, float]:
 def random_stack_curve(config: Mapping[str, int], seed: int, *, residual: bool, norm: bool):
     """:func:`stack_distances` of a float64 :class:`AttentionStack` with random weights
     (``config``: ``tokens``, ``dim``, ``heads``, ``depth``; torch's default init drawn after
-    ``torch.manual_seed(seed)``) on one Gaussian token sequence drawn after it."""
+    ``torch.manual_seed(seed)``) on one Gaussian token sequence drawn after it.
+
+    Examples:
+        >>> config = {"tokens": 8, "dim": 16, "heads": 2, "depth": 6}
+        >>> plain = random_stack_curve(config, 0, residual=False, norm=False)
+        >>> pre_ln = random_stack_curve(config, 0, residual=True, norm=True)
+        >>> len(plain), plain[-1] < 1e-9, pre_ln[-1] > 0.5  # the residual keeps the rank
+        (6, True, True)
+    """
     n, d = config["tokens"], config["dim"]
     torch.manual_seed(seed)
     stack = AttentionStack(d, config["heads"], config["depth"], residual=residual, norm=norm)
@@ -348,7 +404,15 @@ def trained_stack_row(
     """:func:`train_stack` (``stack_steps`` Adam steps at ``stack_lr``), then the trained
     stack's :func:`stack_distances` on one fresh token sequence (drawn by ``seed + 1``).
     Row: :func:`collapse_row`, ``loss`` (mean of the last tenth of the training losses) and
-    ``late_share`` (:func:`~normlab.training.fit.late_share` of the training curve)."""
+    ``late_share`` (:func:`~normlab.training.fit.late_share` of the training curve).
+
+    Examples:
+        >>> config = {"dim": 8, "heads": 2, "depth": 2, "tokens": 6, "stack_steps": 5,
+        ...           "stack_lr": 1e-2}
+        >>> row, curve, diverged = trained_stack_row(config, 0, residual=False)
+        >>> sorted(row), len(curve), row["residual_last"] == curve[-1], diverged
+        (['late_share', 'log10_drop', 'loss', 'residual_last'], 2, True, None)
+    """
     train = {"train_steps": config["stack_steps"], "train_lr": config["stack_lr"]}
     stack, embed, result = train_stack({**config, **train}, seed, residual=residual)
     g = torch.Generator().manual_seed(seed + 1)

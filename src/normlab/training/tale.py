@@ -54,7 +54,16 @@ def fit_regressor(
     generator: torch.Generator,
 ) -> FitResult:
     """Adam on the MSE of ``batch`` points drawn with replacement per step; the model is
-    left in eval mode. ``FitResult.losses`` is the training curve (minibatch MSE per step)."""
+    left in eval mode. ``FitResult.losses`` is the training curve (minibatch MSE per step).
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> model, x = ResidualMLP(1, width=8, depth=2), torch.linspace(-1, 1, 32)[:, None]
+        >>> g = torch.Generator().manual_seed(0)
+        >>> result = fit_regressor(model, x, x**2, steps=30, batch=16, lr=1e-2, generator=g)
+        >>> len(result.losses), result.losses[-1] < result.losses[0], model.training
+        (30, True, False)
+    """
     result = fit(
         model,
         lambda m, i: F.mse_loss(m(x[i]), y[i]),
@@ -71,7 +80,15 @@ def greedy_prune(
 ) -> tuple[list[int], dict]:
     """TALE's greedy path on ``(x, y)`` taken for up to ``remove`` removals: the kept blocks
     of its best-scoring point (the full model included) and the path as a dict (its
-    ``evaluations`` count the validation scores it computed)."""
+    ``evaluations`` count the validation scores it computed).
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> model, x = ResidualMLP(1, width=8, depth=3), torch.linspace(-1, 1, 32)[:, None]
+        >>> kept, path = greedy_prune(model, x, x**2, remove=2)  # full, then 3 + 2 candidates
+        >>> len(kept) >= 1, path["best_score"] >= path["baseline"], path["evaluations"]
+        (True, True, 6)
+    """
     depth = len(model.blocks)
     result = tale_prune(
         lambda kept: -math.log10(_mse(model, x, y, kept)),
@@ -93,7 +110,16 @@ def random_prune(
     """The random-removal control with validation selection: ``candidates`` random removal
     sets (the number of blocks removed uniform in ``1..remove``), each scored on ``(x, y)``
     like TALE's candidates, and the full model; the kept blocks of the best (lowest MSE; a
-    tie keeps the earlier, so the full model wins ties)."""
+    tie keeps the earlier, so the full model wins ties).
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> model, x = ResidualMLP(1, width=8, depth=3), torch.linspace(-1, 1, 32)[:, None]
+        >>> kept = random_prune(model, x, x**2, 2, 4, torch.Generator().manual_seed(0))
+        >>> 1 <= len(kept) <= 3, bool(F.mse_loss(model(x, layers=kept), x**2) <= F.mse_loss(
+        ...     model(x), x**2))  # the full model is a candidate
+        (True, True)
+    """
     depth = len(model.blocks)
     best, best_mse = list(range(depth)), _mse(model, x, y, range(depth))
     for _ in range(candidates):
@@ -107,7 +133,16 @@ def random_prune(
 
 
 def profile_gap(id_profile: GeometryProfile, ood_profile: GeometryProfile) -> float:
-    """Mean over layers and over the two profiles of ``|P_OOD - P_ID| / P_ID``."""
+    """Mean over layers and over the two profiles of ``|P_OOD - P_ID| / P_ID``.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> model, x = ResidualMLP(1, width=8, depth=2), torch.linspace(-1, 1, 32)[:, None]
+        >>> id_profile = layer_profile(model.hidden_states(x))
+        >>> profile_gap(id_profile, id_profile), profile_gap(
+        ...     id_profile, layer_profile(model.hidden_states(2 * x))) > 0
+        (0.0, True)
+    """
     gaps = distortion(id_profile, ood_profile)
     values = gaps["norms"] + gaps["distances"]
     return float(sum(values) / len(values))
@@ -117,7 +152,19 @@ def profile_gap(id_profile: GeometryProfile, ood_profile: GeometryProfile) -> fl
 def pruned_row(model: ResidualMLP, kept: Sequence[int], data: Data, dist: str) -> dict:
     """Test MSE of the full and the pruned model on ``data[dist, "test"]``, the log10 gain,
     the number of blocks removed, and the OOD-vs-ID profile gap of the full and the pruned
-    network (``data[dist, "test"]`` inputs against ``data["id", "test"]`` inputs)."""
+    network (``data[dist, "test"]`` inputs against ``data["id", "test"]`` inputs).
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> model, x = ResidualMLP(1, width=8, depth=3), torch.linspace(-1, 1, 32)[:, None]
+        >>> data = {("id", "test"): (x, x**2), ("ood", "test"): (2 * x, 4 * x**2)}
+        >>> row = pruned_row(model, [0, 2], data, "ood")
+        >>> gain = math.log10(row["test_mse"] / row["test_mse_pruned"])
+        >>> row["removed"], row["log10_gain"] == gain
+        (1.0, True)
+        >>> pruned_row(model, [0], data, "id")["profile_gap"]  # ID against itself
+        0.0
+    """
     full = list(range(len(model.blocks)))
     xt, yt = data[dist, "test"]
     xi = data["id", "test"][0]
@@ -144,7 +191,17 @@ def profile_curves(model: ResidualMLP, data: Data, kept: Mapping[str, Sequence[i
     """The layerwise profiles (:func:`~normlab.probes.geometry.layer_profile`, as dicts) the
     claim's figure draws: per distribution ``dist`` of ``kept``, its test inputs through the
     full network (``profile``) and through ``kept[dist]`` (``profile_pruned``), and the ID
-    test inputs through ``kept["ood"]`` (``id_profile_ood_pruned``)."""
+    test inputs through ``kept["ood"]`` (``id_profile_ood_pruned``).
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> model, x = ResidualMLP(1, width=8, depth=3), torch.linspace(-1, 1, 32)[:, None]
+        >>> data = {("id", "test"): (x, x**2), ("ood", "test"): (2 * x, 4 * x**2)}
+        >>> out = profile_curves(model, data, {"ood": [0]})
+        >>> curves = out["ood"]  # embedding + 3 blocks, embedding + block 0
+        >>> sorted(out), len(curves["profile"]["norms"]), len(curves["profile_pruned"]["norms"])
+        (['id_profile_ood_pruned', 'ood'], 4, 2)
+    """
 
     def profile(x: torch.Tensor, layers: Sequence[int] | None = None) -> dict:
         states = model.hidden_states(x, layers=None if layers is None else list(layers))
@@ -171,7 +228,17 @@ def random_row(
     generator: torch.Generator,
 ) -> dict[str, float]:
     """:func:`pruned_row` of the random-removal control (:func:`random_prune` on
-    ``data[dist, "val"]``), averaged key by key over ``draws`` independent draws."""
+    ``data[dist, "val"]``), averaged key by key over ``draws`` independent draws.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> model, x = ResidualMLP(1, width=8, depth=3), torch.linspace(-1, 1, 32)[:, None]
+        >>> data = {("id", "test"): (x, x**2), ("ood", "val"): (2 * x, 4 * x**2),
+        ...         ("ood", "test"): (2 * x, 4 * x**2)}
+        >>> row = random_row(model, data, "ood", 2, 3, 4, torch.Generator().manual_seed(0))
+        >>> row["removed"] <= 2, row["test_mse_pruned"] <= row["test_mse"]  # val == test here
+        (True, True)
+    """
     val = data[dist, "val"]
     rows = [
         pruned_row(model, random_prune(model, *val, remove, candidates, generator), data, dist)
