@@ -79,6 +79,44 @@ the memory limit, then x ``F.rms_norm`` / ``F.layer_norm``):
 - DyT fp32 forward 0.85 / 0.52, bf16 0.36 / 0.25; Softmax1 fp32 forward 0.79 / 0.65, bf16
   0.27 / 0.29; add + RMSNorm fp32 forward+backward 0.86 / 0.71, bf16 0.57 / 0.44.
 
+After the 16-bit round (vectorised float16 conversions, bfloat16 subnormals kept, 16-bit row
+sums in four accumulators), ``normlab bench --threads 1 --no-regimes --compile`` with
+``MALLOC_MMAP_MAX_=0``, load 1.75 -> 1.94 (another process on the other core), medians of 5:
+
+- RMSNorm fp32 forward 0.62 / 0.89 copy (2.3 / 3.2x torch, 0.95 / 1.41x compiled),
+  forward+backward 0.79 / 0.79 memory limit (5.9 / 7.4x torch); bf16 forward 0.60 / 0.58,
+  forward+backward 0.47 / 0.38 (1.6-2.2x compiled).
+- LayerNorm fp32 forward 0.83 / 0.85 (1.20 / 1.70x torch), forward+backward 0.68 / 0.69
+  (1.05 / 1.42x torch); bf16 forward 0.41 / 0.33, forward+backward 0.43 / 0.28 (1.5-2.7x).
+- DyT forward fp32 0.86 / 1.04, bf16 0.28 / 0.28; Softmax1 forward fp32 0.76 / 0.70, bf16
+  0.23 / 0.32; add + RMSNorm forward+backward fp32 0.85 / 0.84, bf16 0.60 / 0.46; add +
+  LayerNorm fp32 0.71 / 0.72. Every op >= torch.compile except RMSNorm fp32 forward at
+  8192 x 1024 (0.95) and RMSNorm (1 + w) fp32 forward there (1.00).
+
+The same on 2 threads (``--threads 2 --no-regimes --compile --model``, ``MALLOC_MMAP_MAX_=0``,
+load 0.35 -> 1.65, the machine otherwise idle; a second run with the default allocator and
+the fresh-output table, load 0.23 -> 1.59, in brackets):
+
+- RMSNorm fp32 forward 0.76 / 0.87 copy [0.90 / 0.89], 2.9 / 3.7x torch, 0.93 / 1.17x
+  compiled [0.96 / 1.23]; forward+backward 0.70 / 0.75 memory limit [0.75 / 0.79], 5.9 / 6.5x
+  torch; bf16 forward 0.59 / 0.49 [0.58 / 0.53], forward+backward 0.42 / 0.26 [0.39 / 0.33].
+- LayerNorm fp32 forward 0.56 / 0.71 [0.85 / 0.86], 1.20 / 2.21x torch [0.95 / 1.22];
+  forward+backward 0.54 / 0.45 [0.74 / 0.64], 1.56 / 1.59x ``F.layer_norm`` [1.05 / 1.09];
+  bf16 forward 0.24 / 0.31 [0.39 / 0.44], forward+backward 0.23 / 0.16 (1.9-2.6x torch).
+- DyT forward fp32 0.69 / 0.76 [0.83 / 0.98], bf16 0.29 / 0.18 [0.29 / 0.31]; Softmax1
+  forward fp32 0.51 / 0.75 [0.85 / 0.73], bf16 0.23 / 0.26 [0.27 / 0.29].
+- add + RMSNorm forward+backward fp32 0.59 / 0.63 [0.85 / 0.79], bf16 0.34 / 0.27; add +
+  LayerNorm fp32 0.54 / 0.57 [0.75 / 0.80], bf16 0.40 / 0.22.
+- Slower than torch.compile: RMSNorm fp32 forward at 8192 x 1024 (0.93 [0.96]) and add +
+  RMSNorm fp32 forward there (0.95 [0.99]); every other op 1.04-5.5x.
+- TinyGPT (d 256, 4 layers, RMSNorm + softmax1, batch 8 x 128) training step, medians of 5
+  interleaved: fused kernels 138.5 ms, unfused 141.1 (fusion 1.02x), plain torch 145.8
+  (1.05x), torch.compile of the plain model 140.8 (1.02x); the norms are 4.1% of the step
+  with the kernels (no norms: 132.8 ms) and 3.5% on the plain path.
+
+Run to run, a 2-thread ratio moved by up to 0.3 here (LayerNorm fp32 forward 0.56 vs 0.85
+copy), the 1-thread ones (thread CPU time) by about 0.1 in earlier rounds.
+
 Rows of 4096 cost 1.3-2x more per element than rows of 1024 (8M fp32 on one thread, load
 1.2-1.4, medians of 15, ms by row length 512 / 1024 / 2048 / 2560 / 3072 / 4096 / 8192:
 DyT 1.57 / 1.52 / 1.61 / 1.81 / 2.61 / 3.06 / 3.03, LayerNorm 1.82 / 1.73 / 2.16 / 2.56 /
@@ -97,15 +135,20 @@ independent accumulators in RMSNorm's sum of squares, the pass that reads x from
 which re-reads a 4096-float row from L2, does gain from four accumulators (2.56-2.68 ->
 2.05-2.25 ms at 2048 x 4096; 4-11% slower at rows of 1024, which keep one). bfloat16
 halves the bytes but not the arithmetic, so on one thread LayerNorm (three passes), DyT
-(tanh's division) and Softmax1 (exp) are compute-bound; fresh fp32 outputs under glibc's
-default allocator cost page faults (~0.1x copy, as ``x.clone()``).
+(tanh's division) and Softmax1 (exp) are compute-bound: with the rows cache-resident (1024 x
+1024, one thread) a bf16 forward costs 0.096 (RMSNorm), 0.146 (LayerNorm), 0.208 (DyT) and
+0.269 (Softmax1) ns an element against 0.11 ns for ``copy_`` from memory, so only RMSNorm
+can reach 0.9x copy in bf16 on one core, and only if its memory traffic overlaps fully. Fresh
+fp32 outputs under glibc's default allocator cost page faults (~0.1x copy, as
+``x.clone()``).
 
 ``tanh`` in DyT's forward is Eigen's rational approximation (one division, no exp), which
 vectorises at the memory limit; ATen's ``Vectorized<float>::tanh`` (SLEEF, in torch's build)
 was measured ~9x slower here, so the library keeps no torch headers. The backward, whose
 ``d alpha`` sums ``1 - tanh^2`` over every element, uses a more precise exp-based form. Both
 stay within 1e-6 of ``torch.tanh`` in float32. Softmax1's exp is a Cody-Waite reduction with
-a degree-7 polynomial (within 10% of SLEEF's ``expf16_u10`` speed, measured).
+a degree-7 polynomial (within 10% of SLEEF's ``expf16_u10`` speed, measured), vectorised 16
+lanes wide, within 0.92 ulp of float64 over [-87.33, 88.37] (0 below).
 """
 
 from __future__ import annotations

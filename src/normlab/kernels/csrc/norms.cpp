@@ -16,6 +16,13 @@
 // 2^e >= max|x| (exact in binary floating point), and rstd = 2^-e / sqrt(ms' + eps 4^-e)
 // in double, so RMSNorm and LayerNorm match float64 from |x| ~ 1e-38 to ~ 1e38. The
 // backward passes form their row sums from x_hat = x * rstd, which stays O(1).
+//
+// 16-bit rows (bfloat16, float16 as raw bits) convert in vectorised code both ways, equal to
+// torch's conversions on every pattern (tests/kernels/test_conversions.py). Their forward
+// kernels are compute-bound on one core: with the rows cache-resident (1024 x 1024, one
+// thread, thread CPU time, medians of 31) a bfloat16 forward costs 0.096 (RMSNorm), 0.146
+// (LayerNorm), 0.208 (DyT: tanh's division) and 0.269 (Softmax1: exp) ns an element, while
+// copy_ from memory moves one in 0.11 ns (8192 x 1024): only RMSNorm can reach copy speed.
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
