@@ -114,6 +114,11 @@ the fresh-output table, load 0.23 -> 1.59, in brackets):
   (1.05x), torch.compile of the plain model 140.8 (1.02x); the norms are 4.1% of the step
   with the kernels (no norms: 132.8 ms) and 3.5% on the plain path.
 
+The bf16 ratios are against a ``copy_`` that ran at 118-194 GB/s, its 16 MB input and
+output largely held in the 32 MB L3, where fp32's ran at 58-62 GB/s from memory; the bf16
+RMSNorm kernels themselves moved 51-70 GB/s, above fp32's memory rate, so a bf16 ratio at
+these shapes is against the cache, not the memory limit.
+
 Run to run, a 2-thread ratio moved by up to 0.3 here (LayerNorm fp32 forward 0.56 vs 0.85
 copy), the 1-thread ones (thread CPU time) by about 0.1 in earlier rounds.
 
