@@ -112,7 +112,10 @@ the fresh-output table, load 0.23 -> 1.59, in brackets):
 - TinyGPT (d 256, 4 layers, RMSNorm + softmax1, batch 8 x 128) training step, medians of 5
   interleaved: fused kernels 138.5 ms, unfused 141.1 (fusion 1.02x), plain torch 145.8
   (1.05x), torch.compile of the plain model 140.8 (1.02x); the norms are 4.1% of the step
-  with the kernels (no norms: 132.8 ms) and 3.5% on the plain path.
+  with the kernels (no norms: 132.8 ms) and 3.5% on the plain path. A second run (medians
+  of 15, load 0.09 -> 0.67): fused 147.3 ms, unfused 154.4 (1.05x), plain 163.5 (1.11x),
+  compiled 156.0 (1.06x), but the model without norms read 153.7 ms, above the fused one:
+  with steps spread over 141-192 ms, the norms' share (4-6%) is below one run's resolution.
 
 The bf16 ratios are against a ``copy_`` that ran at 118-194 GB/s, its 16 MB input and
 output largely held in the 32 MB L3, where fp32's ran at 58-62 GB/s from memory; the bf16
