@@ -11,7 +11,20 @@ interleaved with the others (ABC ABC ...), over several repeats, and the median 
 - ``compiled``: ``torch.compile`` of the textbook formula in float32 (no overflow guard,
   whose data-dependent branch would break the graph): the strongest compiled peer,
 - ``liger``: Liger-Kernel's op on CUDA when ``liger-kernel`` is installed,
-- ``copy``: ``out.copy_(x)`` into a preallocated tensor, the bandwidth bound.
+- ``copy``: ``dst.copy_(src)`` into a preallocated tensor, the bandwidth bound.
+
+Baseline: memory, not cache. Every variant, the copy included, cycles through distinct
+buffer sets (the copy: source and destination; the ops: x, the residual and the incoming
+gradient) whose total exceeds :data:`CACHE_MULTIPLE` times the last-level cache
+(:func:`rotation`), so each call reads data the previous calls have evicted: the copy's
+bandwidth is the memory's, for every dtype. (Without it a 16 MB bfloat16 tensor largely
+stayed in a 32 MB L3 and its copy ran at 118-194 GB/s where float32's ran at 58-62 GB/s.
+On the 2-core EPYC with a 32 MB L3, a 2-thread bfloat16 8192x1024 copy cycling through 32,
+64, 128, 256, 512 MB and 1-2 GB of buffers ran at 95, 61, 50, 46, 44, 45 GB/s: from 8x
+the cache on it is the memory's.)
+Parameters are shared, and outputs come from the allocator as in use. At most
+:data:`MAX_SETS` sets: shapes whose set is below ``CACHE_MULTIPLE * LLC / MAX_SETS`` run
+partly in cache for every variant alike.
 
 ``x copy`` (printed as the memory-limit fraction) is the bytes the op must move over its
 time, divided by the copy's bandwidth: 1.0 means the op runs at the memory limit. The bytes
@@ -39,6 +52,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import glob
+import itertools
 import os
 import statistics
 import sys
@@ -53,6 +68,8 @@ from normlab import functional as NF
 from normlab import kernels as K
 
 __all__ = [
+    "CACHE_MULTIPLE",
+    "MAX_SETS",
     "OPS",
     "SHAPES",
     "SWEEP",
@@ -60,8 +77,11 @@ __all__ = [
     "clock",
     "fresh_output_regime",
     "keep_freed_memory",
+    "last_level_cache",
     "load",
     "median_times",
+    "rotating_copy",
+    "rotation",
     "traffic",
 ]
 
@@ -98,6 +118,61 @@ _ROWS = {
 #: Per-row float32 statistics saved by the forward pass (written once, read once).
 _STATS = {"rmsnorm": 1, "rmsnorm_offset": 1, "add_rmsnorm": 1, "layernorm": 2, "add_layernorm": 2}
 _EPS = 1e-6
+#: The buffers a timed loop cycles through total at least this many last-level caches.
+CACHE_MULTIPLE = 8
+#: At most this many distinct buffer sets per timed function.
+MAX_SETS = 64
+#: Assumed when the cache size cannot be read.
+_DEFAULT_LLC = 32 * 2**20
+
+
+def _cache_size(text: str) -> int:
+    """``"32768K"`` -> bytes (sysfs's cache ``size`` file)."""
+    text = text.strip().upper()
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
+def last_level_cache() -> int:
+    """Bytes of the largest-level cache of CPU 0 (sysfs; else sysconf; else 32 MiB)."""
+    best: tuple[int, int] = (0, 0)
+    for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        with contextlib.suppress(OSError, ValueError):
+            with open(os.path.join(index, "type")) as f:
+                if f.read().strip() == "Instruction":
+                    continue
+            with open(os.path.join(index, "level")) as f, open(os.path.join(index, "size")) as g:
+                best = max(best, (int(f.read()), _cache_size(g.read())))
+    if best[1] > 0:
+        return best[1]
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        size = os.sysconf("SC_LEVEL3_CACHE_SIZE")
+        if size > 0:
+            return size
+    return _DEFAULT_LLC
+
+
+def rotation(set_bytes: int, llc: int | None = None) -> int:
+    """How many distinct sets of ``set_bytes`` a timed function cycles through so that
+    together they exceed :data:`CACHE_MULTIPLE` last-level caches (1 to :data:`MAX_SETS`)."""
+    llc = last_level_cache() if llc is None else llc
+    need = -(-CACHE_MULTIPLE * llc // max(set_bytes, 1))
+    return max(1, min(MAX_SETS, need))
+
+
+def rotating_copy(x: torch.Tensor, llc: int | None = None) -> Callable[[], torch.Tensor]:
+    """The copy baseline: ``dst.copy_(src)``, each call on the next of :func:`rotation`'s
+    distinct (source, destination) pairs, so the copy reads and writes memory, not cache."""
+    sets = rotation(2 * x.numel() * x.element_size(), llc)
+    # destinations written once here: a first touch would time the page faults
+    pairs = itertools.cycle([(x.clone(), torch.zeros_like(x)) for _ in range(sets)])
+
+    def copy() -> torch.Tensor:
+        src, dst = next(pairs)
+        return dst.copy_(src)
+
+    copy.sets = sets  # type: ignore[attr-defined]
+    return copy
 
 
 def traffic(op: str, shape: tuple[int, int], dtype: torch.dtype, backward: bool) -> int:
@@ -287,33 +362,45 @@ def bench_op(
 ) -> dict[str, Any]:
     """Time every variant of ``op`` on one ``(rows, d)`` input; return one record."""
     x, w, b, r, g = _inputs(shape, dtype, device, op)
-    out = torch.empty_like(x)
+    llc = last_level_cache() if device == "cpu" else 0
+    copy = rotating_copy(x, llc) if device == "cpu" else _plain_copy(x)
     variants: dict[str, Fn] = {"normlab": _fast(op), "eager": _reference(op)}
     for name, fn in (("torch", _torch_op(op)), ("liger", _liger_op(op, shape[1], device))):
         if fn is not None:
             variants[name] = fn
     if compile:
         variants["compiled"] = torch.compile(_textbook(op), dynamic=False)
-    leaves = [t.detach().requires_grad_(backward) for t in (x, w, b, r)]
-
-    # the fused ops return (normed, sum): both get a gradient, as in a residual stream
-    wrt = leaves[:3] if op in ("layernorm", "add_layernorm", "dyt") else leaves[:2]
-    if op.startswith("add_"):
-        wrt = [*wrt, leaves[3]]
+    # distinct x (and residual, incoming gradient) per set; the parameters are shared
+    fused = op.startswith("add_")
+    per_set = x.numel() * x.element_size() * (1 + fused + backward)
+    sets = rotation(per_set, llc) if device == "cpu" else 1
+    w, b = (t.detach().requires_grad_(backward) for t in (w, b))
+    leaf_sets = []
+    for k in range(sets):
+        fresh: Callable[[torch.Tensor], torch.Tensor] = torch.clone if k else lambda t: t
+        xk = fresh(x).detach().requires_grad_(backward)
+        rk = (fresh(r) if fused else r).detach().requires_grad_(backward)
+        gk = fresh(g) if backward else g
+        leaves = [xk, w, b, rk]
+        # the fused ops return (normed, sum): both get a gradient, as in a residual stream
+        wrt = leaves[:3] if op in ("layernorm", "add_layernorm", "dyt") else leaves[:2]
+        leaf_sets.append((leaves, [*wrt, rk] if fused else wrt, gk))
 
     def call(fn: Fn) -> Callable[[], Any]:
+        cycle = itertools.cycle(leaf_sets)
         if not backward:
-            return lambda: fn(*leaves)
+            return lambda: fn(*next(cycle)[0])
 
         def step() -> Any:
+            leaves, wrt, gk = next(cycle)
             outs = fn(*leaves)
             outs = outs if isinstance(outs, tuple) else (outs,)
-            return torch.autograd.grad(outs, wrt, (g,) * len(outs), allow_unused=True)
+            return torch.autograd.grad(outs, wrt, (gk,) * len(outs), allow_unused=True)
 
         return step
 
     fns = {name: call(fn) for name, fn in variants.items()}
-    fns["copy"] = lambda: out.copy_(x)
+    fns["copy"] = copy
     before = load()
     with torch.set_grad_enabled(backward):
         samples = median_times(fns, device, repeats, min_time)
@@ -335,6 +422,8 @@ def bench_op(
         "x_copy": {k: v / copy_gbs for k, v in gbs.items()},
         "speedup": {k: t / times["normlab"] for k, t in times.items() if k != "copy"},
         "bytes": moved,
+        # the distinct buffer sets each timed function cycled through (memory, not cache)
+        "rotation": {"llc": llc, "sets": sets, "copy_sets": getattr(copy, "sets", 1)},
         "load": [before, after],
         "clock": clock(device).__name__,
         # the CPU's load slows a CPU measurement only
@@ -342,9 +431,15 @@ def bench_op(
     }
 
 
+def _plain_copy(x: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """``out.copy_(x)`` on one preallocated pair (CUDA: its caches are small against HBM)."""
+    out = torch.zeros_like(x)
+    return lambda: out.copy_(x)
+
+
 def _fresh_fns(fast: Fn, *args: torch.Tensor) -> dict[str, Callable[[], Any]]:
-    x, w, b, r, out = args
-    return {"normlab": lambda: fast(x, w, b, r), "clone": x.clone, "copy": lambda: out.copy_(x)}
+    x, w, b, r = args
+    return {"normlab": lambda: fast(x, w, b, r), "clone": x.clone, "copy": rotating_copy(x)}
 
 
 def fresh_output_regime(
@@ -356,15 +451,14 @@ def fresh_output_regime(
     min_time: float,
 ) -> list[dict[str, Any]]:
     """Forward time of each op and of ``x.clone()``, both returning fresh outputs, against
-    ``out.copy_(x)`` into a preallocated tensor, with whatever allocator runs now."""
+    :func:`rotating_copy` (preallocated, from memory), with whatever allocator runs now."""
     records = []
     for op in ops:
         fast = _fast(op)
         for shape in shapes:
             for dtype in dtypes:
                 x, w, b, r, _ = _inputs(shape, dtype, "cpu", op)
-                out = torch.empty_like(x)
-                fns = _fresh_fns(fast, x, w, b, r, out)
+                fns = _fresh_fns(fast, x, w, b, r)
                 with torch.no_grad():
                     samples = median_times(fns, "cpu", repeats, min_time)
                 t = {k: statistics.median(v) for k, v in samples.items()}

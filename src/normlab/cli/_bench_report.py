@@ -167,7 +167,9 @@ def print_results(
     withheld = "." if allow_load else " and are withheld (--allow-load prints them)."
     console.print(
         "x mem limit: the bytes the op must move (inputs, outputs, parameters, saved "
-        "statistics) at the copy's bandwidth (1 = memory limit); x peer: peer time / normlab "
+        "statistics) at the bandwidth of a copy from memory (each variant, the copy "
+        "included, cycles through distinct buffers totalling >= 8x the last-level cache, "
+        "so no dtype's baseline is the cache's; 1 = memory limit); x peer: peer time / normlab "
         "time (> 1: normlab faster). load: 1-minute load average before-after the row; * "
         f"marks rows measured above {threads} (the thread count), whose ratios describe the "
         "machine's other work as much as the kernels" + withheld
@@ -182,7 +184,7 @@ def print_results(
             "dtype",
             "normlab x copy",
             "clone x copy",
-            title="fresh outputs, default allocator (copy: into a preallocated tensor)",
+            title="fresh outputs, default allocator (copy: preallocated, from memory)",
         )
         for r in regimes:
             t.add_row(r["op"], _label(r["shape"]), r["dtype"],

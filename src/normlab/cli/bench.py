@@ -238,7 +238,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=(
             "Time normlab's kernels against torch's own op, its eager formula, torch.compile "
             "of that formula and the memory copy bandwidth, in one run with preallocated "
-            "inputs; print GB/s, the fraction of the memory limit, ratios, and each target "
+            "inputs, every variant (the copy included) cycling through buffers totalling "
+            ">= 8x the last-level cache so the baseline is memory, not cache; print GB/s, "
+            "the fraction of the memory limit, ratios, and each target "
             "(forward >= 0.9x copy, forward+backward >= 0.8x the memory limit, never slower "
             "than torch's op or torch.compile) met or not. Rows measured while the 1-minute "
             "load average exceeds the thread count are marked and their ratios withheld "
