@@ -56,6 +56,13 @@ def test_wide_rows_streamed_from_16_mb(op: str, dtype: torch.dtype, threshold: i
     _check(op, WIDE_ROW, dtype, min(threshold, WIDE_BYTES))
 
 
+@pytest.mark.parametrize("op", ["add_rms_norm", "layer_norm", "rms_norm"])
+def test_float32_norm_rows_of_1024_streamed_from_16_mb(op: str, threshold: int):
+    """RMSNorm's and LayerNorm's float32 outputs stream from 16 MB at any width (norms.cpp:
+    streams_norm, one fence a thread): the same bits as ordinary stores."""
+    _check(op, 1024, torch.float32, min(threshold, WIDE_BYTES))
+
+
 def _check(op: str, d: int, dtype: torch.dtype, threshold: int) -> None:
     rows = -(-threshold // (d * dtype.itemsize)) + 3  # just above the threshold
     gen = torch.Generator().manual_seed(0)

@@ -54,11 +54,25 @@ const long kStreamBytes = stream_threshold();
 // interleaved both orders, medians of 21; 2048 x 4096, cached -> streamed): float32 RMSNorm
 // fwd 2.29-2.47 -> 1.97-2.37 ms, LayerNorm fwd 3.00-3.20 -> 2.40-2.53, RMSNorm fwd+bwd's
 // backward 4.47-5.23 -> 3.10-3.94, LayerNorm's 5.52-5.82 -> 3.52-4.41; bfloat16 backward
-// 2.72-3.81 -> 2.36-3.04. Rows of 1024 stay cached: streaming them was slower (float32
-// forward 2.0-2.2 -> 2.4-2.9 ms, bfloat16 forward 0.94-0.98 -> 1.75-1.82).
+// 2.72-3.81 -> 2.36-3.04. Rows of 1024 stayed cached here: streamed with a fence a row they
+// were slower (float32 forward 2.0-2.2 -> 2.4-2.9 ms, bfloat16 forward 0.94-0.98 -> 1.75-1.82);
+// see streams_norm for float32 fenced once a thread.
 constexpr long kWideRow = 4096, kWideStreamBytes = 16L << 20;
 inline bool streams(long R, long D, long item) {
   return R * D * item >= kStreamBytes || (D >= kWideRow && R * D * item >= kWideStreamBytes);
+}
+// RMSNorm's and LayerNorm's kernels (forward and backward) fence once a thread (after its
+// rows, before the region's barrier) rather than once a row, and also stream float32 outputs
+// of 16 MB at any width: rows of 1024 measured slower streamed because of the fence a row
+// (8192 x 1024 fp32 RMSNorm forward 2.00 -> 2.30 ms). Fenced once a thread, with the inputs
+// from memory (3 buffer sets cycled), 8192 x 1024 fp32, interleaved, medians of 21, load
+// 0.86-0.97 (cached -> streamed, ms): one thread (thread CPU time) RMSNorm fwd 1.86 -> 1.63,
+// bwd 2.79 -> 2.52, LayerNorm fwd 2.13 -> 1.96, bwd 3.23 -> 2.80 (copy_ 1.77); two threads
+// (wall) 1.68 -> 1.42, 2.44 -> 2.16, 1.90 -> 1.53, 2.46 -> 2.30 (copy_ 1.56); 2048 x 4096
+// unchanged (1.95-3.50 ms, within 2%). 16-bit rows of 1024 keep cached stores: compute-bound,
+// streamed they measured slower (bf16 RMSNorm fwd 0.91 -> 1.01, LayerNorm fwd 1.28 -> 1.45).
+inline bool streams_norm(long R, long D, long item) {
+  return streams(R, D, item) || (item == 4 && R * D * item >= kWideStreamBytes);
 }
 
 // float16 travels as its 16 bits (half): gcc 12 converts a _Float16 one element at a time
@@ -426,8 +440,10 @@ inline void row_sum2(long D, G g, H h, float& sg, float& sh) {
 template <typename T>
 void rms_fwd(const T* x, const T* res, const float* w, float off, T* sum, T* y, float* rstd,
              long R, long D, float eps, int nt) {
-  const bool nts = streams(R, D, sizeof(T));
-#pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
+  const bool nts = streams_norm(R, D, sizeof(T));
+#pragma omp parallel num_threads(threads_for(R, D, nt))
+  {
+#pragma omp for schedule(static) nowait
   for (long i = 0; i < R; ++i) {
     const long o = i * D;
     const T* src = add_residual(x, res, sum, o, D);
@@ -449,7 +465,11 @@ void rms_fwd(const T* x, const T* res, const float* w, float off, T* sum, T* y, 
       }
     }
     rstd[i] = r;
-    emit(y + o, D, [&](long j) { return (ld(src, j) * r) * (w[j] + off); }, nts);
+    emit(y + o, D, [&](long j) { return (ld(src, j) * r) * (w[j] + off); }, nts, false);
+  }
+#if defined(__AVX512F__)
+    if (nts) _mm_sfence();  // once a thread, not once a row
+#endif
   }
 }
 
@@ -457,8 +477,10 @@ template <typename T>
 void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rstd,
              const T* dsum, T* dx, float* dwpart, long R, long D, int nt) {
   const float invd = 1.0f / static_cast<float>(D);
-  const bool nts = streams(R, D, sizeof(T));
-#pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
+  const bool nts = streams_norm(R, D, sizeof(T));
+#pragma omp parallel num_threads(threads_for(R, D, nt))
+  {
+#pragma omp for schedule(static) nowait
   for (long b = 0; b < blocks(R); ++b) {
     float* acc = dwpart + b * D;  // always given (the caller passes a scratch buffer)
     std::memset(acc, 0, sizeof(float) * D);
@@ -476,11 +498,15 @@ void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rs
         return r * (g * (w[j] + off) - xh * c);
       };
       if (dsum != nullptr) {  // the sum's own gradient joins dx before rounding
-        emit(dx + o, D, [&](long j) { return grad(j) + ld(dsum + o, j); }, nts);
+        emit(dx + o, D, [&](long j) { return grad(j) + ld(dsum + o, j); }, nts, false);
       } else {
-        emit(dx + o, D, grad, nts);
+        emit(dx + o, D, grad, nts, false);
       }
     }
+  }
+#if defined(__AVX512F__)
+    if (nts) _mm_sfence();  // once a thread, not once a row
+#endif
   }
 }
 
@@ -494,8 +520,10 @@ inline float row_mean(const T* x, long D) {
 template <typename T>
 void ln_fwd(const T* x, const T* res, const float* w, const float* bias, float off, T* sum,
             T* y, float* mean, float* rstd, long R, long D, float eps, int nt) {
-  const bool nts = streams(R, D, sizeof(T));
-#pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
+  const bool nts = streams_norm(R, D, sizeof(T));
+#pragma omp parallel num_threads(threads_for(R, D, nt))
+  {
+#pragma omp for schedule(static) nowait
   for (long i = 0; i < R; ++i) {
     const long o = i * D;
     const T* src = add_residual(x, res, sum, o, D);
@@ -553,7 +581,11 @@ void ln_fwd(const T* x, const T* res, const float* w, const float* bias, float o
     mean[i] = m;
     rstd[i] = r;
     emit(y + o, D,
-         [&](long j) { return (ld(src, j) * sc - mu) * rs * (w[j] + off) + bias[j]; }, nts);
+         [&](long j) { return (ld(src, j) * sc - mu) * rs * (w[j] + off) + bias[j]; }, nts, false);
+  }
+#if defined(__AVX512F__)
+    if (nts) _mm_sfence();  // once a thread, not once a row
+#endif
   }
 }
 
@@ -564,8 +596,10 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
             const float* rstd, const T* dsum, T* dx, float* dwpart, float* dbpart, long R,
             long D, int nt) {
   const float invd = 1.0f / static_cast<float>(D);
-  const bool nts = streams(R, D, sizeof(T));
-#pragma omp parallel for num_threads(threads_for(R, D, nt)) schedule(static)
+  const bool nts = streams_norm(R, D, sizeof(T));
+#pragma omp parallel num_threads(threads_for(R, D, nt))
+  {
+#pragma omp for schedule(static) nowait
   for (long b = 0; b < blocks(R); ++b) {
     float* aw = dwpart + b * D;
     float* ab = dbpart + b * D;
@@ -592,11 +626,15 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
         return r * (g * (w[j] + off) - c1 - xh * c2);
       };
       if (dsum != nullptr) {  // the sum's own gradient joins dx before rounding
-        emit(dx + o, D, [&](long j) { return grad(j) + ld(dsum + o, j); }, nts);
+        emit(dx + o, D, [&](long j) { return grad(j) + ld(dsum + o, j); }, nts, false);
       } else {
-        emit(dx + o, D, grad, nts);
+        emit(dx + o, D, grad, nts, false);
       }
     }
+  }
+#if defined(__AVX512F__)
+    if (nts) _mm_sfence();  // once a thread, not once a row
+#endif
   }
 }
 
