@@ -120,7 +120,32 @@ the fresh-output table, load 0.23 -> 1.59, in brackets):
 The bf16 ratios are against a ``copy_`` that ran at 118-194 GB/s, its 16 MB input and
 output largely held in the 32 MB L3, where fp32's ran at 58-62 GB/s from memory; the bf16
 RMSNorm kernels themselves moved 51-70 GB/s, above fp32's memory rate, so a bf16 ratio at
-these shapes is against the cache, not the memory limit.
+these shapes is against the cache, not the memory limit. The bench's copy now cycles through
+buffers totalling 8x the last-level cache, as do the ops' inputs (``_bench_ops.rotation``): a
+2-thread bf16 8192 x 1024 copy through 32 / 64 / 128 / 256 / 512 MB / 1-2 GB of buffers ran
+95 / 61 / 50 / 46 / 44 / 45 GB/s (load 0.47 -> 0.59), so even fp32's old 64 MB baseline was
+partly cache.
+
+After RMSNorm's and LayerNorm's float32 outputs of 16 MB stream at any width, fenced once a
+thread (csrc/norms.cpp ``streams_norm``; 8192 x 1024 fp32 kernels 6-19% faster, 2048 x 4096
+unchanged, outputs bit-identical), with that baseline, ``normlab bench --threads 2 --no-regimes
+--repeats 11``, ``MALLOC_MMAP_MAX_=0`` ((8192, 1024) / (2048, 4096), fractions of the memory
+limit; the load is the bench's own two threads after it starts): load 0.86 -> 1.42: RMSNorm
+fp32 forward 0.90 / 0.96, forward+backward 0.88 / 0.94 (5.7 / 5.9x torch); bf16 0.97 / 1.06,
+0.80 / 0.84; LayerNorm fp32 forward 1.00 / 0.94 (0.93 / 1.52x torch), forward+backward 0.93 /
+0.60 (1.14 / 1.31x); bf16 forward 1.07 / 0.55, forward+backward 0.82 / 0.38. The VM's memory
+bandwidth is bimodal and switches within a run: the 2-thread copy read 35-40 GB/s in 12 of the
+first 13 records (61 in one) and 53-67 GB/s in the last 4 (and 34 -> 58 GB/s midway in a run
+before it, load 0.86 -> 1.68, where LayerNorm 2048 x 4096 fp32 forward+backward read 0.70, bf16
+0.45, add + RMSNorm fp32 0.99 / 0.92, add + LayerNorm fp32 1.14 / 0.89). Against the fast
+regime the LayerNorm kernels at rows of 4096 and the bf16 ones are compute-bound; against the
+slow one nearly every row is at 0.8-1.07, so a ratio here states the regime as much as the
+kernel. On one thread (thread CPU time, inputs from memory, medians of 21, load 0.86-0.97) the
+kernels alone, forward plus backward against 2.5 ``copy_`` (the bench's bytes): RMSNorm 4.15 ms
+vs 4.43 at 8192 x 1024 (above 1: copy_'s ordinary stores read the destination in first,
+streamed outputs do not), 4.94 vs 4.38 at 2048 x 4096 (0.89); LayerNorm 4.76 vs 4.43 (0.93),
+5.61 vs 4.38 (0.78). What the 2-thread forward+backward loses beyond that is outside the
+kernels (autograd, fresh outputs, the weight-gradient reduction).
 
 Run to run, a 2-thread ratio moved by up to 0.3 here (LayerNorm fp32 forward 0.56 vs 0.85
 copy), the 1-thread ones (thread CPU time) by about 0.1 in earlier rounds.
