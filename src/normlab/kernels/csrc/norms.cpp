@@ -205,6 +205,13 @@ inline void emit16(T* out, long D, F f, bool nts, bool fence) {
 #pragma omp simd
   for (long j = j0; j < D; ++j) st(out, j, f(j));
 }
+// Orders a thread's streaming stores (emit's nts) before the stores that follow: a caller
+// that passed fence = false to emit calls it once after its rows.
+inline void fence_streams(bool nts) {
+#if defined(__AVX512F__)
+  if (nts) _mm_sfence();
+#endif
+}
 template <typename F>
 inline void emit(uint16_t* out, long D, F f, bool nts = false, bool fence = true) {
   emit16(out, D, f, nts, fence);
@@ -467,9 +474,7 @@ void rms_fwd(const T* x, const T* res, const float* w, float off, T* sum, T* y, 
     rstd[i] = r;
     emit(y + o, D, [&](long j) { return (ld(src, j) * r) * (w[j] + off); }, nts, false);
   }
-#if defined(__AVX512F__)
-    if (nts) _mm_sfence();  // once a thread, not once a row
-#endif
+    fence_streams(nts);  // once a thread, not once a row
   }
 }
 
@@ -504,9 +509,7 @@ void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rs
       }
     }
   }
-#if defined(__AVX512F__)
-    if (nts) _mm_sfence();  // once a thread, not once a row
-#endif
+    fence_streams(nts);  // once a thread, not once a row
   }
 }
 
@@ -583,9 +586,7 @@ void ln_fwd(const T* x, const T* res, const float* w, const float* bias, float o
     emit(y + o, D,
          [&](long j) { return (ld(src, j) * sc - mu) * rs * (w[j] + off) + bias[j]; }, nts, false);
   }
-#if defined(__AVX512F__)
-    if (nts) _mm_sfence();  // once a thread, not once a row
-#endif
+    fence_streams(nts);  // once a thread, not once a row
   }
 }
 
@@ -632,9 +633,7 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
       }
     }
   }
-#if defined(__AVX512F__)
-    if (nts) _mm_sfence();  // once a thread, not once a row
-#endif
+    fence_streams(nts);  // once a thread, not once a row
   }
 }
 
@@ -664,7 +663,7 @@ void dyt_fwd(const T* x, float alpha, const float* w, const float* bias, T* y, l
       emit(y + o + j0, n, [&](long j) { return tanh_fast(alpha * ld(xt, j)) * wt[j] + bt[j]; },
            nts, false);  // one fence a row, not a chunk (a fence per chunk measured 1.5-3x slower)
     }
-    if (nts) _mm_sfence();
+    fence_streams(nts);
   }
 }
 
