@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import glob
 import itertools
 import os
@@ -133,8 +134,10 @@ def _cache_size(text: str) -> int:
     return int(text.rstrip("KMG")) * scale
 
 
+@functools.cache
 def last_level_cache() -> int:
-    """Bytes of the largest-level cache of CPU 0 (sysfs; else sysconf; else 32 MiB)."""
+    """Bytes of the largest-level cache of CPU 0 (sysfs; else sysconf; else 32 MiB), read
+    once per process."""
     best: tuple[int, int] = (0, 0)
     for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
         with contextlib.suppress(OSError, ValueError):
