@@ -64,17 +64,20 @@ def not_applicable(claim: Claim, scale: str) -> dict[str, str] | None:
     """``{"status": "not applicable", "why"}`` for a claim that has no A/A placebo by
     design at ``scale`` (no arm is tuned, or its primary compares rows derived from the
     arms), else None (the placebo applies: run or not run)."""
+    if "search" in claim.config(scale) and placebo_effect(claim) is not None:
+        return None
+    return {"status": "not applicable", "why": _why_not(claim, scale)}
+
+
+def _why_not(claim: Claim, scale: str) -> str:
+    """Why ``claim`` has no A/A placebo at ``scale`` (see :func:`not_applicable`)."""
     if "search" not in claim.config(scale):
-        why = f"no arm is tuned ({claim.untuned}), so no method's path trains the baseline"
-        return {"status": "not applicable", "why": why}
-    if placebo_effect(claim) is None:
-        rows = " and ".join(f"'{r}'" for r in (claim.primary.method, claim.primary.baseline) if r)
-        why = (
-            f"the primary compares rows derived from the tuned arms ({rows or 'none named'}), "
-            "not two tuned arms, so no baseline can take the method's place"
-        )
-        return {"status": "not applicable", "why": why}
-    return None
+        return f"no arm is tuned ({claim.untuned}), so no method's path trains the baseline"
+    rows = " and ".join(f"'{r}'" for r in (claim.primary.method, claim.primary.baseline) if r)
+    return (
+        "the primary compares no two tuned arms, only rows derived from them "
+        f"({rows or 'none named'}), so no baseline can take the method's place"
+    )
 
 
 def _honoured(measurement: Measurement, effect: Effect) -> bool:
@@ -82,7 +85,9 @@ def _honoured(measurement: Measurement, effect: Effect) -> bool:
     return record.get("placebo_of") == effect.baseline
 
 
-def judge_placebo(claim: Claim, measurements: Sequence[Measurement]) -> dict[str, Any]:
+def judge_placebo(
+    claim: Claim, measurements: Sequence[Measurement], scale: str = "quick"
+) -> dict[str, Any]:
     """The placebo's verdict by the claim's primary (see :func:`placebo_effect`).
 
     Returns:
@@ -94,11 +99,12 @@ def judge_placebo(claim: Claim, measurements: Sequence[Measurement]) -> dict[str
         primaries alike); ``{"status": "not available", "why"}`` when the claim's run does
         not honour the placebo (it does not go through :func:`normlab.claims.arms.run_arms`,
         or the primary's cells are missing under it); ``{"status": "not applicable",
-        "why"}`` when its primary compares no two tuned arms (see :func:`not_applicable`).
+        "why"}`` when its primary compares no two tuned arms (:func:`not_applicable` at
+        ``scale``, the measurements' scale).
     """
     effect = placebo_effect(claim)
     if effect is None:
-        return {"status": "not applicable", "why": "the primary compares no two tuned arms"}
+        return {"status": "not applicable", "why": _why_not(claim, scale)}
     if not measurements or not all(_honoured(m, effect) for m in measurements):
         return {
             "status": "not available",

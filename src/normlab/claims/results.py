@@ -112,9 +112,8 @@ class ClaimResult:
             robust = tuple({**r, "flips": _flips(r["verdict"], verdict.verdict)} for r in reruns)
             aa = not_applicable(claim, scale)
             if placebo:
-                aa = judge_placebo(
-                    claim, [t.measurement for t in placebo if t.status == "ok" and t.measurement]
-                )
+                done = [t.measurement for t in placebo if t.status == "ok" and t.measurement]
+                aa = judge_placebo(claim, done, scale)
                 aa["failed_tasks"] = sum(t.status != "ok" for t in placebo)
                 if aa["failed_tasks"] == len(placebo):
                     aa = {**aa, "status": "not available", "why": "every placebo task failed"}
