@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from normlab.cli import _bench_ops, main
 from normlab.cli._bench_model import bench_model
 from normlab.cli._bench_report import check_targets
+from normlab.cli.bench import run_benchmarks
 
 TINY = ["--shapes", "64x128", "--ops", "rmsnorm", "--dtypes", "float32", "--repeats", "1"]
 TINY += ["--no-compile", "--no-regimes", "--allow-load"]
@@ -157,9 +159,41 @@ def test_gpu_script_is_valid_bash_and_its_bench_commands_parse():
     assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
     text = script.read_text().replace("\\\n", " ")
     commands = re.findall(r"-m normlab (bench [^|\n]*?) 2>&1", text)
-    assert len(commands) == 2
+    assert len(commands) == 3
     for command in commands:
-        argv = shlex.split(command.replace('"$out', '"out'))
-        args = build_parser().parse_args(argv)
+        for var, value in (("$op", "rmsnorm"), ("$shapes", "8192x1024"), ("$parts", "p")):
+            command = command.replace(var, value)
+        args = build_parser().parse_args(shlex.split(command))
         assert args.device == "cuda" and args.func is not None
-    assert _bench_ops._liger_op("rmsnorm", 64, "cpu") is None  # the Liger peer is CUDA-only
+    assert (
+        _bench_ops._liger_op("rmsnorm", 64, "cpu", torch.float32) is None
+    )  # the Liger peer is CUDA-only
+
+
+def test_gpu_script_merges_its_runs_into_one_json_and_one_png(tmp_path):
+    """The script's last stage (its embedded Python) on two runs made here on the CPU: one
+    record per (op, shape, dtype, mode), the later run's where both measured it."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    merge = re.search(
+        r"<<'EOF'[^\n]*\n(.*?)\nEOF\n", (root / "benchmarks" / "gpu.sh").read_text(), re.S
+    )
+    parts, out = tmp_path / "parts", tmp_path / "out"
+    out.mkdir()
+    for name, ops in (("2-rmsnorm", ("rmsnorm",)), ("3-compiled", ("rmsnorm", "layernorm"))):
+        run_benchmarks(
+            out=parts / f"{name}.json", shapes=[(8, 64)], dtypes=("float32",), ops=ops,
+            modes=("fwd",), compile=False, regimes=False, repeats=1,
+        )  # fmt: skip
+    done = subprocess.run([sys.executable, "-", str(parts), str(out)], input=merge.group(1),
+                          capture_output=True, text=True, cwd=root, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    merged = json.loads((out / "bench_gpu.json").read_text())
+    assert sorted(r["op"] for r in merged["ops"]) == ["layernorm", "rmsnorm"]
+    assert merged["parts"] == ["2-rmsnorm.json", "3-compiled.json"]
+    assert (out / "bench_gpu.png").stat().st_size > 0
+    assert "2 records from 2 runs" in done.stdout

@@ -72,8 +72,13 @@ def bench_model(
     compile: bool = True,
     repeats: int = 5,
     device: str = "cpu",
+    min_time: float = 0.0,
 ) -> dict[str, Any]:
-    """One record: seconds per training step of each arm, speedups and the norms' share."""
+    """One record: seconds per training step of each arm, speedups and the norms' share.
+
+    ``min_time``: seconds each arm runs per repeat (0: one step, enough where a step takes
+    a tenth of a second, as on the CPU; a GPU step takes milliseconds).
+    """
     from normlab.models.gpt import GPTConfig, TinyGPT
 
     torch.manual_seed(0)
@@ -91,12 +96,12 @@ def bench_model(
     if compile:
         arms["compiled"] = _step(torch.compile(copy.deepcopy(base)), idx, off)
     before = load()
-    samples = median_times(arms, device, repeats, 0.0)
+    samples = median_times(arms, device, repeats, min_time)
     after = load()
     t = {k: statistics.median(v) for k, v in samples.items()}
     record: dict[str, Any] = {
         "model": f"TinyGPT d={d_model} L={n_layers} {norm} + softmax1, batch {batch}x"
-        f"{config.context}",
+        f"{config.context}, {device}",
         "seconds": t,
         "spread": {k: [min(v), max(v)] for k, v in samples.items()},
         "speedup": {k: t[k] / t["kernels"] for k in ("unfused", "plain", "compiled") if k in t},

@@ -10,10 +10,14 @@ interleaved with the others (ABC ABC ...), over several repeats, and the median 
   ``backend="torch"``, with its overflow guard),
 - ``compiled``: ``torch.compile`` of the textbook formula in float32 (no overflow guard,
   whose data-dependent branch would break the graph): the strongest compiled peer,
-- ``liger``: Liger-Kernel's op on CUDA when ``liger-kernel`` is installed,
+- ``liger``: Liger-Kernel's module on CUDA when ``liger-kernel`` is installed (RMSNorm, its
+  Gemma offset, LayerNorm, fused add + RMSNorm), its parameters in the input's dtype and
+  ``in_place=False`` (its default overwrites the incoming gradient, which the other variants
+  share),
 - ``copy``: ``dst.copy_(src)`` into a preallocated tensor, the bandwidth bound.
 
-Baseline: memory, not cache. Every variant, the copy included, cycles through distinct
+Baseline: memory, not cache (the CPU's last-level cache, a CUDA device's L2: 60 MB on an
+H200). Every variant, the copy included, cycles through distinct
 buffer sets (the copy: source and destination; the ops: x, the residual and the incoming
 gradient) whose total exceeds :data:`CACHE_MULTIPLE` times the last-level cache
 (:func:`rotation`), so each call reads data the previous calls have evicted: the copy's
@@ -75,6 +79,7 @@ __all__ = [
     "SHAPES",
     "SWEEP",
     "bench_op",
+    "cache_bytes",
     "clock",
     "fresh_output_regime",
     "keep_freed_memory",
@@ -153,6 +158,14 @@ def last_level_cache() -> int:
         if size > 0:
             return size
     return _DEFAULT_LLC
+
+
+def cache_bytes(device: str) -> int:
+    """The cache a timed loop's buffers must overflow on ``device``: the CPU's last level
+    (:func:`last_level_cache`) or the current CUDA device's L2."""
+    if device == "cuda":
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    return last_level_cache()
 
 
 def rotation(set_bytes: int, llc: int | None = None) -> int:
@@ -274,7 +287,7 @@ def _torch_op(op: str) -> Fn | None:
     return None
 
 
-def _liger_op(op: str, d: int, device: str) -> Fn | None:
+def _liger_op(op: str, d: int, device: str, wdtype: torch.dtype) -> Fn | None:
     """Liger-Kernel's module for ``op`` on CUDA where it is installed (else None)."""
     if device != "cuda":
         return None
@@ -283,16 +296,21 @@ def _liger_op(op: str, d: int, device: str) -> Fn | None:
     except ImportError:
         return None
     builders = {
-        "rmsnorm": lambda: L.LigerRMSNorm(d, eps=_EPS),
-        "rmsnorm_offset": lambda: L.LigerRMSNorm(d, eps=_EPS, offset=1.0, casting_mode="gemma"),
-        "layernorm": lambda: L.LigerLayerNorm(d),
+        "rmsnorm": lambda: L.LigerRMSNorm(d, eps=_EPS, in_place=False),
+        "rmsnorm_offset": lambda: L.LigerRMSNorm(
+            d, eps=_EPS, offset=1.0, casting_mode="gemma", in_place=False
+        ),
+        "layernorm": lambda: L.LigerLayerNorm(d, bias=True),
+        "add_rmsnorm": lambda: L.LigerFusedAddRMSNorm(d, eps=_EPS, in_place=False),
     }
     if op not in builders:
         return None
     try:
-        m = builders[op]().to(device)
+        m = builders[op]().to(device=device, dtype=wdtype)
     except (AttributeError, TypeError):  # an older Liger-Kernel without this module
         return None
+    if op == "add_rmsnorm":
+        return lambda x, w, b, r: m(x, r)
     return lambda x, w, b, r: m(x)
 
 
@@ -365,10 +383,13 @@ def bench_op(
 ) -> dict[str, Any]:
     """Time every variant of ``op`` on one ``(rows, d)`` input; return one record."""
     x, w, b, r, g = _inputs(shape, dtype, device, op)
-    llc = last_level_cache() if device == "cpu" else 0
-    copy = rotating_copy(x, llc) if device == "cpu" else _plain_copy(x)
+    llc = cache_bytes(device)
+    copy = rotating_copy(x, llc)
     variants: dict[str, Fn] = {"normlab": _fast(op), "eager": _reference(op)}
-    for name, fn in (("torch", _torch_op(op)), ("liger", _liger_op(op, shape[1], device))):
+    for name, fn in (
+        ("torch", _torch_op(op)),
+        ("liger", _liger_op(op, shape[1], device, w.dtype)),
+    ):
         if fn is not None:
             variants[name] = fn
     if compile:
@@ -376,7 +397,7 @@ def bench_op(
     # distinct x (and residual, incoming gradient) per set; the parameters are shared
     fused = op.startswith("add_")
     per_set = x.numel() * x.element_size() * (1 + fused + backward)
-    sets = rotation(per_set, llc) if device == "cpu" else 1
+    sets = rotation(per_set, llc)
     w, b = (t.detach().requires_grad_(backward) for t in (w, b))
     leaf_sets = []
     for k in range(sets):
@@ -432,12 +453,6 @@ def bench_op(
         # the CPU's load slows a CPU measurement only
         "loaded": device == "cpu" and max(before, after) > torch.get_num_threads(),
     }
-
-
-def _plain_copy(x: torch.Tensor) -> Callable[[], torch.Tensor]:
-    """``out.copy_(x)`` on one preallocated pair (CUDA: its caches are small against HBM)."""
-    out = torch.zeros_like(x)
-    return lambda: out.copy_(x)
 
 
 def _fresh_fns(fast: Fn, *args: torch.Tensor) -> dict[str, Callable[[], Any]]:

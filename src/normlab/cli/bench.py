@@ -21,6 +21,9 @@ _DTYPES = ("float32", "bfloat16", "float16")
 _MODES = ("fwd", "fwd+bwd")
 #: Tensors of the input's size a measurement holds at once (inputs, outputs, gradients).
 _BUFFERS = 12
+#: The TinyGPT step on a GPU: the CPU's d=256 model (4 layers, batch 8) takes a GPU
+#: milliseconds, mostly kernel launches, so its ratios would time Python, not the norms.
+_GPU_MODEL = {"d_model": 1024, "n_layers": 8, "batch": 32, "min_time": 0.2}
 
 
 def _shapes(text: str) -> list[tuple[int, int]]:
@@ -182,7 +185,8 @@ def run_benchmarks(
     if model:
         from normlab.cli._bench_model import bench_model
 
-        model_record = bench_model(compile=compile, repeats=reps, device=device)
+        sized = _GPU_MODEL if device == "cuda" else {}
+        model_record = bench_model(compile=compile, repeats=reps, device=device, **sized)
     load["end"] = os.getloadavg()
     targets = R.check_targets(records, model_record, device, allow_load=allow_load)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
