@@ -6,7 +6,7 @@
 # in .whl/ when one is there; fetch it beforehand where the registry is reachable:
 #   python3 -m pip download --no-deps --only-binary=:all: -d .whl liger-kernel
 # Stages, each under its own time limit, so a hang or a failure in one leaves the others'
-# results (at most about 9 minutes):
+# results (about 8 minutes on an H200; 9 at most):
 #   1. tests/kernels/test_cuda.py: every Triton kernel against the plain formulas on the GPU
 #      (forward and backward, float32/bfloat16/float16, four shapes);
 #   2. the op table, one `normlab bench` per op: normlab's Triton kernels against torch's own
@@ -14,7 +14,10 @@
 #      forward+backward, at the targets' two shapes, a large one (32768x4096, where a kernel's
 #      time is not its launch's) and, for RMSNorm, the QK-norm shape 364800x128;
 #   3. the torch.compile peer for RMSNorm and LayerNorm, and the TinyGPT training step;
-#   4. one JSON (bench_gpu.json: every record, the targets) and one PNG of the ratios.
+#   4. one JSON (bench_gpu.json: every record, the targets) and one PNG of the ratios;
+#   5. with TUNE=1, benchmarks/gpu_tune.py (host cost of a call, kernel time alone, launch
+#      settings swept; about 1 minute) into tune.json.
+# The H200's results of 2026-12-04 are in benchmarks/results/h200/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
@@ -39,11 +42,11 @@ fi
 } 2>&1 | tee -a "$log"
 
 say "1. kernel tests on the GPU"
-timeout 110 "$py" -m pytest -q -p no:cacheprovider -n 8 tests/kernels/test_cuda.py 2>&1 \
+timeout 60 "$py" -m pytest -q -p no:cacheprovider -n 8 tests/kernels/test_cuda.py 2>&1 \
   | tail -25 | tee -a "$log"
 
-say "2. op table (200 s in all, at most 45 s an op)"
-deadline=$((SECONDS + 200))
+say "2. op table (280 s in all, at most 45 s an op)"
+deadline=$((SECONDS + 280))
 for op in rmsnorm layernorm add_rmsnorm rmsnorm_offset add_layernorm dyt softmax1; do
   shapes=8192x1024,2048x4096,32768x4096
   [[ $op == rmsnorm ]] && shapes="$shapes,364800x128"
@@ -56,10 +59,10 @@ for op in rmsnorm layernorm add_rmsnorm rmsnorm_offset add_layernorm dyt softmax
 done
 
 say "3. torch.compile peer and the TinyGPT step"
-timeout 110 "$py" -m normlab bench --device cuda --compile --ops rmsnorm,layernorm \
+timeout 90 "$py" -m normlab bench --device cuda --compile --ops rmsnorm,layernorm \
   --shapes 8192x1024,32768x4096 --dtypes float32,bfloat16 --modes fwd,fwd+bwd \
   --out "$parts/3-compiled.json" 2>&1 | tail -60 | tee -a "$log"
-timeout 100 "$py" -m normlab bench --device cuda --compile --model --ops rmsnorm \
+timeout 80 "$py" -m normlab bench --device cuda --compile --model --ops rmsnorm \
   --shapes 8192x1024 --dtypes bfloat16 --modes fwd --out "$parts/4-model.json" 2>&1 \
   | tail -30 | tee -a "$log"
 
@@ -87,5 +90,10 @@ if records:
 met = sum(1 for t in targets if t.get("met") is True)
 print(f"{len(records)} records from {len(runs)} runs; targets met {met} of {len(targets)}")
 EOF
+if [[ "${TUNE:-0}" == 1 ]]; then
+  say "5. launch settings"
+  timeout 150 "$py" benchmarks/gpu_tune.py "$out/tune.json" > "$parts/tune.txt" 2>&1
+  tail -3 "$parts/tune.txt" | tee -a "$log"
+fi
 tar czf "$out/parts.tgz" -C "$parts" --exclude=cache --exclude=site . 2>/dev/null
 say "done"

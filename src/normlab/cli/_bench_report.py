@@ -224,8 +224,11 @@ def plot(records: Sequence[dict[str, Any]], path: Path) -> None:
     modes = sorted({r["mode"] for r in records}, reverse=True)
     dtypes = sorted({r["dtype"] for r in records})
     variants = ["normlab", *_PEERS]
-    fig, axes = plt.subplots(len(modes), len(dtypes), figsize=(7 * len(dtypes), 3.6 * len(modes)),
-                             squeeze=False)  # fmt: skip
+    per_panel = max(len([r for r in records if (r["mode"], r["dtype"]) == key])
+                    for key in {(r["mode"], r["dtype"]) for r in records})  # fmt: skip
+    wide = max(7.0, 0.45 * per_panel)  # a panel grows with its records; labels stay legible
+    fig, axes = plt.subplots(len(modes), len(dtypes), figsize=(wide * len(dtypes),
+                             4.2 * len(modes)), squeeze=False)  # fmt: skip
     for i, mode in enumerate(modes):
         for j, dtype in enumerate(dtypes):
             ax = axes[i][j]
@@ -238,7 +241,8 @@ def plot(records: Sequence[dict[str, Any]], path: Path) -> None:
                     ax.bar(xs, ys, width, label=v)
             ax.axhline(1.0, color="k", lw=0.8, ls="--")
             labels = [f"{r['op']}\n{r['shape'][0]}x{r['shape'][1]}" for r in rs]
-            ax.set_xticks([n + 0.4 - width / 2 for n in range(len(rs))], labels, fontsize=6)
+            ax.set_xticks([n + 0.4 - width / 2 for n in range(len(rs))], labels, fontsize=6,
+                          rotation=90)  # fmt: skip
             ax.set_ylabel("x copy bandwidth")
             ax.set_title(f"{mode}, {dtype}")
     axes[0][0].legend(fontsize=7)
