@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -143,3 +144,29 @@ def test_accuracy_curves_give_the_training_losses():
     out = accuracy_curves(SPDNet(4, 2, 2), *data, lr=3e-2, epochs=2, batch=6, seed=0)
     assert len(out["losses"]) == 4 and len(out["val"]) == 2  # 12 matrices, batches of 6
     assert all(math.isfinite(v) for v in out["losses"])
+
+
+def test_convergence_is_read_from_the_best_so_far_validation_error_per_epoch(monkeypatch):
+    """The curve handed to the engine's convergence premise: one point per epoch, the best
+    validation error so far (never rising, in [0, 1]), not the per-step minibatch loss."""
+    from normlab.claims.catalogue import complex_bn
+
+    torch.set_num_threads(1)
+    curves = []
+    original = complex_bn.run_arms
+
+    def recording(config, seed, train, test, **kw):
+        def train_and_keep(arm, params, training_seed):
+            trained = train(arm, params, training_seed)
+            curves.append(trained.curve)
+            return trained
+
+        return original(config, seed, train_and_keep, test, **kw)
+
+    monkeypatch.setattr(complex_bn, "run_arms", recording)
+    cfg = {**CLAIM.config("smoke"), "epochs": 5}
+    CLAIM.run(cfg, 0)
+    assert curves and all(len(c) == 5 for c in curves)
+    for c in curves:
+        assert all(0.0 <= v <= 1.0 for v in c)
+        assert all(b <= a for a, b in itertools.pairwise(c))
