@@ -14,14 +14,14 @@ forwards 0.95-0.98x the copy bandwidth (4.2 TB/s) in float32 and bfloat16, backw
 (float32) and 0.81x (bfloat16) of the memory limit in the profiler's kernel times. Through
 the layers the host sets the pace wherever a kernel is shorter than its call: one
 ``rms_norm`` call costs the host 89-98 us (Triton's launch 47-53 us of it; torch's
-``F.rms_norm`` 17-20 us), so at 8192x1024 the forward reaches 0.15-0.37x copy where the
-kernel alone reaches it, and forward+backward at 32768x4096 bfloat16 takes 0.84 ms of wall
-time for 0.39 ms of kernels (torch's op 0.60, Liger-Kernel 0.73, torch.compile 0.58). At
-32768x4096 forward normlab is 1.13-1.35x torch's own op and 0.97-1.00x Liger-Kernel; the
-TinyGPT training step (float32, d 1024, 8 layers, batch 32x128) is 1.15x the plain
-path and 1.11x torch.compile. Swept and left: programs per SM in the backward (2 beats 8 by
-1-4 points at 32768 rows, noise at 8192) and ``num_stages`` (no effect: the row loop is not
-pipelined).
+``F.rms_norm`` 17-20 us), so at 8192x1024 the forward reaches 0.07-0.37x copy where the
+kernel alone reaches 0.6-1.0x (20-40 us: too short to time closely), and forward+backward at
+32768x4096 bfloat16 takes 0.84 ms of wall time for 0.39 ms of kernels (torch's op 0.60,
+Liger-Kernel 0.73, torch.compile 0.58). At 32768x4096 forward normlab is 1.13-1.35x torch's
+own op and 0.88-1.00x Liger-Kernel; the TinyGPT training step (float32, d 1024, 8 layers,
+batch 32x128) is 1.15x the plain path and 1.11x torch.compile. Swept and left: programs per
+SM in the backward (2 beats 8 by 1-4 points at 32768 rows, noise at 8192) and ``num_stages``
+(no effect: the row loop is not pipelined).
 """
 
 from __future__ import annotations
