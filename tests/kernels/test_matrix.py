@@ -178,3 +178,20 @@ def test_correctness_matrix() -> None:
     print(f"correctness matrix: {len(cases)} cases x 2 paths, {len(failures)} failures")
     assert len(cases) >= 600
     assert not failures, "\n".join(failures[:40]) + f"\n... {len(failures)} failures"
+
+
+@pytest.mark.parametrize("rows", [37, 70])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("op", ["rms", "ln", "add_ln"])
+def test_row_groups_of_wide_rows(
+    op: str, dtype: torch.dtype, rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows of at least 4096 run the backward in groups of 4 rows of one row block, 512 columns
+    at a time (norms.cpp kGroupRows, kChunk): 37 rows are blocks of 18 / 19 (groups ending in 2
+    and 3 rows), 70 rows blocks of 17 / 18 (1 and 2), and 4100 columns end in a 4-wide chunk."""
+    monkeypatch.setattr(f"{__name__}.M", rows)
+    gen = torch.Generator().manual_seed(rows)
+    case = (op, dtype, "contiguous", 4100, True)
+    x, r, w, b, dy, ds = _inputs(op, dtype, "contiguous", 4100, True, gen)
+    want = _want(op, x, r, w, b, dy, ds)
+    assert not _check(case, True, x, r, w, b, dy, ds, want)
