@@ -602,12 +602,15 @@ void ln_fwd(const T* x, const T* res, const float* w, const float* bias, float o
     const long o = i * D;
     const T* src = add_residual(x, res, sum, o, D);
     float mu = row_mean(src, D);
-    // Rows of >= 4096: the next row's input into L2 while the two passes below read this one
-    // from cache (memory would idle meanwhile): 2048 x 4096 LayerNorm forward 2.54-2.78 ->
-    // 2.14-2.48 ms bf16, 3.44-4.41 -> 3.25-4.20 fp32 (one thread, thread CPU time, load
-    // 1.0-1.2, interleaved, medians of 31). Not RMSNorm's (one pass after the sum: 1.95 ->
-    // 2.10 bf16, 2.80 -> 3.09 fp32), nor at rows of 1024 (LayerNorm fp32 2.98 -> 3.31).
-    if (D >= kWideRow && i + 1 < R) {
+    // Rows of 4096 to 8191: the next row's input into L2 while the two passes below read this
+    // one from cache (memory would idle meanwhile): 2048 x 4096 LayerNorm forward 2.54-2.78 ->
+    // 2.14-2.48 ms bf16, 3.44-4.41 -> 3.25-4.20 fp32, 1600 x 5120 3.12 -> 2.90 / 3.51 -> 3.35
+    // (one thread, thread CPU time, load 1.0-2.5, interleaved, medians of 21-31). Wider rows
+    // slowed (a whole row's prefetches at once stall the core): 1024 x 8192 bf16 2.30 -> 2.40,
+    // 512 x 16384 2.30 -> 2.40, 128 x 65536 2.37 -> 2.77 (fp32 3.35 -> 3.64, 3.51 -> 4.04).
+    // RMSNorm's forward slowed too (one pass after the sum: 2048 x 4096 bf16 1.95 -> 2.10, fp32
+    // 2.80 -> 3.09), as did rows of 1024 (LayerNorm fp32 2.98 -> 3.31).
+    if (D >= kWideRow && D < 2 * kWideRow && i + 1 < R) {
       prefetch_l2(x + o + D, D);
       if (res != nullptr) prefetch_l2(res + o + D, D);
     }
