@@ -140,3 +140,9 @@ def test_sigterm_is_one_line_with_the_resume_hint_and_no_orphans(jobs, tmp_path)
     assert "terminated" in line and "resumes" in line
     workers = {int(m.name.split(".")[1]) for m in marks.iterdir()} - {process.pid}
     _wait_for(lambda: not any(_alive(pid) for pid in workers), "the workers to exit")
+
+
+def test_only_can_be_repeated():
+    args = build_parser().parse_args(["report", "--only", "tale", "wne", "--only", "macro"])
+    assert args.only == ["tale", "wne", "macro"]
+    assert build_parser().parse_args(["report"]).only is None

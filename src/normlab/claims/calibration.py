@@ -38,18 +38,23 @@ __all__ = ["NULL_LIMIT", "null_calibration", "null_passes", "robustness_label"]
 NULL_LIMIT = 0.05
 
 
-def _permuted(m: Measurement, groups, rng: np.random.Generator) -> Measurement:
+def _orders(
+    arms: Sequence[Sequence[str]], rng: np.random.Generator
+) -> tuple[tuple[int, ...], ...]:
+    """A random order of each group's arms (a group of fewer than two arms is left)."""
+    return tuple(tuple(rng.permutation(len(g)).tolist()) for g in arms if len(g) >= 2)
+
+
+def _permuted(
+    m: Measurement, arms: Sequence[Sequence[str]], orders: Sequence[Sequence[int]]
+) -> Measurement:
+    """``m`` with each group's rows (and ``"diverged"`` records) moved by its order."""
     table = dict(m["table"])
-    diverged = dict(m.get("diverged") or {})
-    moved_div: dict[str, Any] = dict(diverged)
-    for group in groups:
-        arms = [a for a in group if a in table]
-        if len(arms) < 2:
-            continue
-        order = rng.permutation(len(arms))
-        rows = [m["table"][arms[i]] for i in order]
-        divs = [diverged.get(arms[i]) for i in order]
-        for arm, row, div in zip(arms, rows, divs, strict=True):
+    moved_div: dict[str, Any] = dict(m["diverged"])
+    for group, order in zip([g for g in arms if len(g) >= 2], orders, strict=True):
+        rows = [m["table"][group[i]] for i in order]
+        divs = [m["diverged"].get(group[i]) for i in order]
+        for arm, row, div in zip(group, rows, divs, strict=True):
             table[arm] = row
             if div is None:
                 moved_div.pop(arm, None)
@@ -85,11 +90,20 @@ def null_calibration(
         return None
     rng = np.random.default_rng(seed)
     light = [{"table": m["table"], "diverged": m.get("diverged") or {}} for m in measurements]
+    arms = [[[a for a in group if a in m["table"]] for group in groups] for m in light]
     supported = opposite_count = 0
+    # the draws decide only the orders, and n seeds of two-arm groups have 2^n of them:
+    # each ordering is judged once
+    judged: dict[tuple, tuple[bool, bool]] = {}
     for _ in range(draws):
-        ev = judge_effect(effect, [_permuted(m, groups, rng) for m in light])
-        supported += ev.verdict == "supported"
-        opposite_count += _is_opposite(ev)
+        orders = tuple(_orders(a, rng) for a in arms)
+        if orders not in judged:
+            permuted = [_permuted(m, a, o) for m, a, o in zip(light, arms, orders, strict=True)]
+            ev = judge_effect(effect, permuted, powered=False)
+            judged[orders] = (ev.verdict == "supported", _is_opposite(ev))
+        is_supported, is_opposite = judged[orders]
+        supported += is_supported
+        opposite_count += is_opposite
     return {
         "supported_rate": supported / draws,
         "opposite_rate": opposite_count / draws,

@@ -26,6 +26,7 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import cache
 from typing import Any
 
 from normlab._io import content_hash
@@ -187,16 +188,22 @@ NUMERIC_LIBRARIES = (
 
 def library_versions() -> dict[str, str]:
     """The installed version of each of :data:`NUMERIC_LIBRARIES` ("absent" when not
-    installed), read from package metadata without importing them."""
+    installed), read from package metadata without importing them (once a process: every
+    task key reads them, and a metadata scan costs ~1 ms a library)."""
+    return dict(_installed_versions())
+
+
+@cache
+def _installed_versions() -> tuple[tuple[str, str], ...]:
     from importlib import metadata
 
-    out = {}
+    out = []
     for name in NUMERIC_LIBRARIES:
         try:
-            out[name] = metadata.version(name)
+            out.append((name, metadata.version(name)))
         except metadata.PackageNotFoundError:
-            out[name] = "absent"
-    return out
+            out.append((name, "absent"))
+    return tuple(out)
 
 
 def _find_claim(claim_id: str, module: str | None) -> Claim:

@@ -147,9 +147,11 @@ def add_report(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--only",
         nargs="+",
+        action="extend",
         metavar="ID",
         default=None,
-        help="run only these claims (ids with - or _) and merge them into the existing report",
+        help="run only these claims (ids with - or _) and merge them into the existing report "
+        "(repeatable)",
     )
     p.add_argument(
         "--jobs",

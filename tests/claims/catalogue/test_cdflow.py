@@ -22,7 +22,7 @@ def _table(dense_slope: float, cd_slope: float, cd_nll: float, lu_nll: float) ->
         "cd_inverse_slope": cd_slope,
         "dense_inverse_slope": dense_slope,
     }
-    table = {"timing": timing}
+    table = {"timing": timing, "machine": {"tasks_waiting": 0.0}}
     for data in ("moons", "digits"):
         table[f"{data}-gaussian"] = {"test_nll": 1.4}
         table[f"{data}-circulant"] = {"test_nll": cd_nll}
@@ -57,7 +57,7 @@ def test_effects_land_on_both_sides():
         assert part.fn(good) < part.margin.value < part.fn(bad)
     slope = next(e for e in CLAIM.secondary if e.name == "logdet_exponent_gap")
     assert slope.fn(good) > slope.margin.value > slope.fn(bad)
-    assert CLAIM.exclusive
+    assert not CLAIM.exclusive  # its seeds train beside other tasks; the gate is below
     helps = next(e for e in CLAIM.secondary if e.name == "digits_mixing_helps")
     assert helps.fn(good) > 0 > helps.fn(bad)
 
@@ -82,3 +82,19 @@ def test_the_primary_is_untestable_when_a_flow_did_not_learn():
     verdict = judge_claim(CLAIM, ms)
     assert not next(p for p in verdict.premises if p.name == "moons_lu_flow_learns").held
     assert verdict.primary.verdict == "untestable"
+
+
+def _secondary(verdict, name):
+    return next(e for e in verdict.effects if e.name == name)
+
+
+def test_the_timings_are_judged_only_where_no_task_waited_for_a_core():
+    ms = [_table(2.5 + 0.01 * i, 0.3, 1.0 + 0.001 * i, 1.0) for i in range(7)]
+    quiet = judge_claim(CLAIM, ms)
+    assert _secondary(quiet, "logdet_exponent_gap").verdict == "supported"
+    for m in ms[:3]:  # three seeds timed while a task waited for a core
+        m["table"]["machine"]["tasks_waiting"] = 1.0
+    busy = judge_claim(CLAIM, ms)
+    for name in ("logdet_exponent_gap", "inverse_exponent_gap"):
+        assert _secondary(busy, name).verdict == "untestable", name
+    assert busy.primary.verdict == quiet.primary.verdict == "supported"  # training is not gated

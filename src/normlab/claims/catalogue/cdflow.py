@@ -25,6 +25,7 @@ from normlab.claims.core import (
     Effect,
     FreeSetting,
     Margin,
+    Precondition,
     Premise,
     cell,
     difference,
@@ -32,7 +33,7 @@ from normlab.claims.core import (
 )
 from normlab.flows import MIXINGS
 from normlab.flows.exactness import inverse_error, logdet_error, zuko_composition_error
-from normlab.flows.timing import OPERATIONS, cd_operation_times
+from normlab.flows.timing import OPERATIONS, cd_operation_times, tasks_waiting_for_a_core
 from normlab.papers import paper
 from normlab.training.flows import DATASETS, flow_splits, train_flow
 
@@ -67,10 +68,14 @@ def run(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     for name, (_, _, test_points) in data.items():
         m["table"][f"{name}-gaussian"] = {"test_nll": -base.log_prob(test_points).mean().item()}
     sizes = list(config["sizes"])
-    times = [cd_operation_times(n, seed) for n in sizes]
+    busy, times = [tasks_waiting_for_a_core()], []
+    for n in sizes:
+        times.append(cd_operation_times(n, seed))
+        busy.append(tasks_waiting_for_a_core())
     m["table"]["timing"] = {
         f"{op}_slope": loglog_slope(sizes, [t[op] for t in times]) for op in OPERATIONS
     }
+    m["table"]["machine"] = {"tasks_waiting": max(busy)}
     return {**m, "curves": {"sizes": sizes, "times": times}}
 
 
@@ -210,6 +215,22 @@ CLAIM = register_claim(
             _learns("digits", ("density_noninferior", "digits_mixing_helps")),
             _learns("moons", ("density_noninferior",)),
         ),
+        # The timings share the machine with the report's other tasks (one per core): the
+        # slopes are ratios across n taken back to back, so a task on the other core moves
+        # them little, but a timing that waited for a core is not judged.
+        preconditions=(
+            Precondition(
+                "machine_quiet",
+                "the most runnable tasks beyond the core count (/proc/loadavg, the timing "
+                "process included) sampled before and after each timed n",
+                lambda m: cell(m, "machine", "tasks_waiting"),
+                op="<=",
+                threshold=0.5,
+                source="normlab's choice: no task waited for a core (a whole number: 0.5 "
+                "separates none from one)",
+                gates=("logdet_exponent_gap", "inverse_exponent_gap"),
+            ),
+        ),
         free_settings=(
             FreeSetting.scaled("train_steps", "normlab's choice: the training budget"),
             FreeSetting.scaled("evals", "normlab's choice: validation checks (early stopping)"),
@@ -230,7 +251,8 @@ CLAIM = register_claim(
         "of 20 validation NLLs kept (early stopping); mixing parameters per "
         "step: CD 3n (m = 2), LU n^2 (digits: 192 vs 4096; moons: 6 vs 4). (b) float64, one "
         "thread, best-of-3 timings of log|det| and solve for n = 64 .. 1024 at quick (dense on "
-        "the materialised W).",
+        "the materialised W), taken beside the report's other tasks (one per core) and judged "
+        "only where no task waited for a core.",
         scale_note="full: 5000 steps, timings up to n = 8192. No image flows (multi-scale "
         "CDFlow on CIFAR); timings are CPU wall-clock.",
         configs={
@@ -244,6 +266,5 @@ CLAIM = register_claim(
         run=run,
         figure=_figure,
         caption="Seconds per call against n (log-log); CD lines should be far flatter.",
-        exclusive=True,
     )
 )
