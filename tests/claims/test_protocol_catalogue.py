@@ -4,6 +4,7 @@ for none), timings only in exclusive claims, and a primary whose null calibratio
 from __future__ import annotations
 
 import copy
+import json
 import math
 import pathlib
 import re
@@ -137,3 +138,25 @@ def test_every_primary_stands_beside_the_abstracts_words(claim):
     if SEEDS.is_dir():
         abstracts = _squeeze(" ".join(p.read_text() for p in sorted(SEEDS.glob("*.txt"))))
         assert quote in abstracts, f"{claim.id}: the quote is not in the seed abstracts"
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=IDS)
+def test_robustness_reruns_each_neighbour_once(claim):
+    from normlab.claims.plan import robustness_overrides
+
+    for scale in ("quick", "full"):
+        overrides = robustness_overrides(claim, scale, "all")
+        keys = [json.dumps(o, sort_keys=True) for o in overrides]
+        assert len(keys) == len(set(keys)), (claim.id, scale, keys)
+        config = claim.config(scale)
+        assert all(config[k] != v for o in overrides for k, v in o.items()), claim.id
+
+
+def test_a_setting_with_one_alternative_is_rerun_once():
+    from normlab.claims.core import get_claim
+    from normlab.claims.plan import robustness_overrides
+
+    # adaptive-scaling's start has one alternative to asinh (low = high = "linear")
+    assert robustness_overrides(get_claim("adaptive-scaling"), "quick", "decisive") == [
+        {"start": "linear"}
+    ]

@@ -47,14 +47,21 @@ def _mode(robustness: bool | str) -> str:
 
 
 def robustness_overrides(claim: Claim, scale: str, robustness: bool | str) -> list[dict[str, Any]]:
-    """One override per neighbour of the free settings ``robustness`` selects, with the
-    neighbours computed at ``scale`` (relative free settings scale with the config)."""
+    """One override per distinct neighbour of the free settings ``robustness`` selects
+    (none equal to the setting's own value), with the neighbours computed at ``scale``
+    (relative free settings scale with the config)."""
     mode = _mode(robustness)
     if mode == "none":
         return []
     settings = [s for s in claim.free_settings if mode == "all" or s.key == claim.decisive]
     config = claim.config(scale)
-    return [{s.key: v} for s in settings for v in s.neighbours(config)]
+    out: list[dict[str, Any]] = []
+    for s in settings:
+        for v in s.neighbours(config):
+            # a setting with one alternative names it twice (low = high): one rerun
+            if v != config[s.key] and {s.key: v} not in out:
+                out.append({s.key: v})
+    return out
 
 
 def extra_overrides(

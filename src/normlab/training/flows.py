@@ -98,7 +98,7 @@ def train_flow(
         lambda f, xb: -f().log_prob(xb).mean(),
         lambda step: train[torch.randint(0, len(train), (batch,), generator=g)],
         steps,
-        torch.optim.Adam(flow.parameters(), lr=lr),
+        torch.optim.Adam(flow.parameters(), lr=lr, foreach=True),  # bit-identical, fewer calls
         eval_fn=validate if evals > 0 else None,
         eval_every=max(1, steps // evals) if evals > 0 else 0,
     )
