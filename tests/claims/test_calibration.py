@@ -79,3 +79,48 @@ def test_robustness_label():
     assert robustness_label("supported", recs) == "robust"
     recs.append({"setting": "lr", "value": 1.0, "verdict": "inconclusive"})
     assert robustness_label("supported", recs) == "fragile: flips at lr=1.0"
+
+
+def _judged_every_draw(effect, measurements, draws, seed=0):
+    """The null's rates with every draw judged afresh (the definition the cache must keep)."""
+    from normlab.claims.calibration import _is_opposite, _orders, _permuted
+    from normlab.claims.rule import judge_effect
+
+    rng = np.random.default_rng(seed)
+    light = [{"table": m["table"], "diverged": m.get("diverged") or {}} for m in measurements]
+    arms = [[[a for a in g if a in m["table"]] for g in effect.groups] for m in light]
+    supported = opposite = 0
+    for _ in range(draws):
+        permuted = [_permuted(m, a, _orders(a, rng)) for m, a in zip(light, arms, strict=True)]
+        ev = judge_effect(effect, permuted)
+        supported += ev.verdict == "supported"
+        opposite += _is_opposite(ev)
+    return supported / draws, opposite / draws
+
+
+def test_judging_each_ordering_once_gives_the_rates_of_judging_every_draw():
+    """Two-arm (5 seeds: 32 orderings, each drawn many times) and four-arm groups."""
+
+    def best_of_k(m):
+        t = m["table"]
+        return t["m"]["x"] - max(t[k]["x"] for k in ("b1", "b2", "b3"))
+
+    honest = Effect(
+        "d",
+        "m - b",
+        lambda m: m["table"]["m"]["x"] - m["table"]["b"]["x"],
+        "greater",
+        CHOICE,
+        method="m",
+        baseline="b",
+    )
+    biased = Effect(
+        "d", "m - best b", best_of_k, "greater", CHOICE, exchangeable=(("m", "b1", "b2", "b3"),)
+    )
+    rng = np.random.default_rng(3)
+    for effect, arms in ((honest, ["m", "b"]), (biased, ["m", "b1", "b2", "b3"])):
+        ms = _seeds(rng, 5, arms)
+        null = null_calibration(effect, ms, draws=400)
+        expected = _judged_every_draw(effect, ms, 400)
+        assert (null["supported_rate"], null["opposite_rate"]) == expected
+    assert null["opposite_rate"] > 0.05  # the biased construction is still caught
