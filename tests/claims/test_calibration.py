@@ -14,8 +14,8 @@ def _seeds(rng, n, arms):
     return [{"table": {a: {"x": float(rng.normal())} for a in arms}} for _ in range(n)]
 
 
-def test_an_honest_difference_is_calibrated():
-    effect = Effect(
+def _honest_difference() -> Effect:
+    return Effect(
         "d",
         "method - base",
         lambda m: m["table"]["m"]["x"] - m["table"]["b"]["x"],
@@ -24,6 +24,10 @@ def test_an_honest_difference_is_calibrated():
         method="m",
         baseline="b",
     )
+
+
+def test_an_honest_difference_is_calibrated():
+    effect = _honest_difference()
     rng = np.random.default_rng(0)
     null = null_calibration(effect, _seeds(rng, 6, ["m", "b"]), draws=1000)
     assert null_passes(null), null
@@ -83,12 +87,11 @@ def test_robustness_label():
 
 def _judged_every_draw(effect, measurements, draws, seed=0):
     """The null's rates with every draw judged afresh (the definition the cache must keep)."""
-    from normlab.claims.calibration import _is_opposite, _orders, _permuted
+    from normlab.claims.calibration import _exchangeable, _is_opposite, _orders, _permuted
     from normlab.claims.rule import judge_effect
 
     rng = np.random.default_rng(seed)
-    light = [{"table": m["table"], "diverged": m.get("diverged") or {}} for m in measurements]
-    arms = [[[a for a in g if a in m["table"]] for g in effect.groups] for m in light]
+    light, arms = _exchangeable(measurements, effect.groups)
     supported = opposite = 0
     for _ in range(draws):
         permuted = [_permuted(m, a, _orders(a, rng)) for m, a in zip(light, arms, strict=True)]
@@ -105,15 +108,7 @@ def test_judging_each_ordering_once_gives_the_rates_of_judging_every_draw():
         t = m["table"]
         return t["m"]["x"] - max(t[k]["x"] for k in ("b1", "b2", "b3"))
 
-    honest = Effect(
-        "d",
-        "m - b",
-        lambda m: m["table"]["m"]["x"] - m["table"]["b"]["x"],
-        "greater",
-        CHOICE,
-        method="m",
-        baseline="b",
-    )
+    honest = _honest_difference()
     biased = Effect(
         "d", "m - best b", best_of_k, "greater", CHOICE, exchangeable=(("m", "b1", "b2", "b3"),)
     )

@@ -38,11 +38,21 @@ __all__ = ["NULL_LIMIT", "null_calibration", "null_passes", "robustness_label"]
 NULL_LIMIT = 0.05
 
 
+def _exchangeable(
+    measurements: Sequence[Measurement], groups
+) -> tuple[list[Measurement], list[list[list[str]]]]:
+    """Each seed's table and ``"diverged"`` records, and per seed the arms of each group
+    present in its table, for the groups of two or more (the ones a relabelling moves)."""
+    light = [{"table": m["table"], "diverged": m.get("diverged") or {}} for m in measurements]
+    present = [[[a for a in group if a in m["table"]] for group in groups] for m in light]
+    return light, [[g for g in seed if len(g) >= 2] for seed in present]
+
+
 def _orders(
     arms: Sequence[Sequence[str]], rng: np.random.Generator
 ) -> tuple[tuple[int, ...], ...]:
-    """A random order of each group's arms (a group of fewer than two arms is left)."""
-    return tuple(tuple(rng.permutation(len(g)).tolist()) for g in arms if len(g) >= 2)
+    """A random order of each group's arms."""
+    return tuple(tuple(rng.permutation(len(g)).tolist()) for g in arms)
 
 
 def _permuted(
@@ -51,7 +61,7 @@ def _permuted(
     """``m`` with each group's rows (and ``"diverged"`` records) moved by its order."""
     table = dict(m["table"])
     moved_div: dict[str, Any] = dict(m["diverged"])
-    for group, order in zip([g for g in arms if len(g) >= 2], orders, strict=True):
+    for group, order in zip(arms, orders, strict=True):
         rows = [m["table"][group[i]] for i in order]
         divs = [m["diverged"].get(group[i]) for i in order]
         for arm, row, div in zip(group, rows, divs, strict=True):
@@ -89,8 +99,7 @@ def null_calibration(
     if not groups or len(measurements) < 2:
         return None
     rng = np.random.default_rng(seed)
-    light = [{"table": m["table"], "diverged": m.get("diverged") or {}} for m in measurements]
-    arms = [[[a for a in group if a in m["table"]] for group in groups] for m in light]
+    light, arms = _exchangeable(measurements, groups)
     supported = opposite_count = 0
     # the draws decide only the orders, and n seeds of two-arm groups have 2^n of them:
     # each ordering is judged once

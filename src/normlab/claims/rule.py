@@ -80,17 +80,16 @@ RULE = (
 
 
 @cache
-def _t_quantile(df: int, level: float) -> float:
-    from scipy import stats
-
-    return float(stats.t.ppf(0.5 + level / 2, df))
-
-
-@cache
 def _t_ppf(df: int, p: float) -> float:
+    """Student's t quantile ``p`` at ``df`` degrees of freedom (scipy, once per pair)."""
     from scipy import stats
 
     return float(stats.t.ppf(p, df))
+
+
+def _t_quantile(df: int, level: float) -> float:
+    """The two-sided ``level`` interval's t multiplier."""
+    return _t_ppf(df, 0.5 + level / 2)
 
 
 def interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float, float]:
@@ -281,6 +280,11 @@ def _record(
     if degenerate:
         reason += "; degenerate: every seed gave the same value"
     at_zero, _ = verdict(values, effect.direction, 0.0)
+    n, m = len(finite), effect.margin.value
+    if powered:
+        pw, mde = power(n, se * math.sqrt(n), m), detectable(n, se, effect.direction, m)
+    else:
+        pw = mde = math.nan
     return EffectVerdict(
         name=effect.name,
         description=effect.description,
@@ -302,12 +306,8 @@ def _record(
         degenerate=degenerate,
         parts=parts,
         at_zero=at_zero,
-        power=power(len(finite), se * math.sqrt(len(finite)), effect.margin.value)
-        if powered
-        else math.nan,
-        mde=detectable(len(finite), se, effect.direction, effect.margin.value)
-        if powered
-        else math.nan,
+        power=pw,
+        mde=mde,
     )
 
 
