@@ -201,6 +201,11 @@ def _run_timed(config, seed):
     }
 
 
+def _check_where(config):
+    """Passes, with the process it ran in as its value (the checks compute no timing)."""
+    return CheckOutcome(True, float(os.getpid()), "records its process")
+
+
 def _run_stamped(config, seed):
     time.sleep(0.2)
     return {"table": {"method": {"score": 1.0, "end": time.time()}, "baseline": {"score": 0.0}}}
@@ -224,6 +229,7 @@ TIMED = Claim(
     headline="none",
     configs=CONFIGS,
     run=_run_timed,
+    checks=(Check("where", "records the process the checks ran in", _check_where),),
     exclusive=True,
 )
 

@@ -35,6 +35,10 @@ def test_claim_validation():
         toy_claim(free_settings=(FreeSetting("lr", 1e-3, 1e-2, "normlab's choice"),))
     with pytest.raises(ValueError, match="lowercase"):
         toy_claim(id="Bad_Id")
+    with pytest.raises(ValueError, match="below_why"):
+        FreeSetting.scaled("steps", "normlab's choice", testable_from={"quick": 250})
+    with pytest.raises(ValueError, match="figure_only"):
+        toy_claim(figure_only={"widths": ()})
     with pytest.raises(ValueError, match="share"):
         Effect("iut", "all", None, "greater", CHOICE, parts=(toy_effect(direction="less"),))
 

@@ -160,3 +160,30 @@ def test_a_setting_with_one_alternative_is_rerun_once():
     assert robustness_overrides(get_claim("adaptive-scaling"), "quick", "decisive") == [
         {"start": "linear"}
     ]
+
+
+def test_no_rerun_below_the_steps_measured_testable():
+    """curse-of-depth read untestable at 150 steps (its quick budget is 250): its quick
+    robustness reruns 500 steps, not 125; full scale declares no floor."""
+    from normlab.claims.core import get_claim
+    from normlab.claims.plan import robustness_overrides
+
+    claim = get_claim("curse-of-depth")
+    assert robustness_overrides(claim, "quick", "decisive") == [{"steps": 500}]
+    assert robustness_overrides(claim, "quick", "decisive", below_floor=True) == [{"steps": 125}]
+    assert robustness_overrides(claim, "full", "decisive") == [{"steps": 1500}, {"steps": 6000}]
+
+
+def test_a_rerun_skips_figure_only_work():
+    """fold-ln's width sweep draws only its figure (from the main seeds): reruns skip it; the
+    main seeds and the placebo keep the scale's widths."""
+    from normlab.claims.core import get_claim
+    from normlab.claims.protocol import PLACEBO_KEY
+    from normlab.claims.tasks import task_config
+
+    claim = get_claim("fold-ln")
+    widths = claim.config("quick")["time_widths"]
+    assert widths and task_config(claim, "quick")["time_widths"] == widths
+    assert task_config(claim, "quick", {"time_d_model": 256})["time_widths"] == ()
+    placebo = {PLACEBO_KEY: {"method": "a", "baseline": "b"}}
+    assert task_config(claim, "quick", placebo)["time_widths"] == widths

@@ -191,6 +191,8 @@ def test_exclusive_claims_run_alone_after_the_others(tmp_path, planted):
     pids = {t.measurement["table"]["method"]["pid"] for t in by_id[timed.id].tasks}
     assert min(starts) >= max(ends)  # listed first, but run after every shared task
     assert pids == {float(os.getpid())}  # in this process, one at a time
+    # its checks time nothing: they share the pool with the other claims' tasks
+    assert by_id[timed.id].checks.measurement["where"]["value"] != float(os.getpid())
 
 
 @pytest.mark.slow
@@ -305,6 +307,24 @@ def test_robustness_reruns_the_seeds_at_each_neighbour(tmp_path, planted):
     assert result.robustness.startswith("fragile at offset=-2")
     assert len(result.neighbours) == 6 and all(t.override for t in result.neighbours)
     assert all(t.cached for t in result.tasks)  # the main run was reused
+
+
+def test_a_neighbour_below_the_measured_floor_is_reported_not_rerun(tmp_path, planted):
+    from dataclasses import replace
+
+    from normlab.claims.core import FreeSetting
+
+    why = "planted: the method was measured untestable below 0"
+    floor = FreeSetting("offset", -2.0, 0.5, "normlab's choice: planted",
+                        testable_from={"quick": 0.0}, below_why=why)  # fmt: skip
+    claim = replace(planted["planted-ok"], free_settings=(floor,))
+    (result,) = ClaimRunner(tmp_path, jobs=1).run([claim], "quick", robustness=True)
+    offsets = {r["value"]: r for r in result.verdict.robustness if r["setting"] == "offset"}
+    assert offsets[0.5]["verdict"] == "supported" and offsets[0.5]["seeds"] == 3
+    assert offsets[-2.0]["verdict"] == "untestable" and offsets[-2.0]["seeds"] == 0
+    assert why in offsets[-2.0]["why"] and not offsets[-2.0]["flips"]
+    assert {t.override["offset"] for t in result.neighbours} == {0.5}
+    assert result.robustness.endswith("untestable at offset=-2")
 
 
 def test_null_calibration_is_recorded(tmp_path, planted):

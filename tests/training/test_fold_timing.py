@@ -36,7 +36,7 @@ def test_time_fold_rows():
 
 
 def test_width_sweep_rows_and_loads(monkeypatch):
-    monkeypatch.setattr(ft.os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    monkeypatch.setattr(ft, "tasks_waiting_for_a_core", lambda: 0.0)
     archs = {str(d): GPTConfig(d_model=d, n_layers=1, n_heads=2, context=16) for d in (16, 32)}
     rows, loads = ft.width_sweep(archs, seed=0, batch=1, reps=2, warmup=1)
     assert list(rows) == ["16", "32"] and len(loads) == 2
@@ -51,10 +51,11 @@ def test_paired_speedup_is_the_median_ratio():
     assert row["q25"] <= 2.0 <= row["q75"]
 
 
-def test_machine_load_is_per_core(monkeypatch):
-    monkeypatch.setattr(ft.os, "getloadavg", lambda: (6.0, 1.0, 1.0))
+def test_machine_load_counts_waiting_tasks(monkeypatch):
+    monkeypatch.setattr(ft, "tasks_waiting_for_a_core", lambda: 3.0)
+    monkeypatch.setattr(ft, "load_average", lambda: 6.0)
     monkeypatch.setattr(ft.os, "cpu_count", lambda: 2)
-    assert ft.machine_load() == {"load_1min": 6.0, "cores": 2.0, "load_per_core": 3.0}
+    assert ft.machine_load() == {"tasks_waiting": 3.0, "load_1min": 6.0, "cores": 2.0}
 
 
 def test_zoo_matches_the_structural_rule_without_hf():

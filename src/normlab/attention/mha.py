@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab import functional as NF
+from normlab import kernels as K
 from normlab._checks import check_trailing_shape
 from normlab.attention.scores import ScoreFn, score_norm
 from normlab.layers.hypersphere import LearnedScale, NormalizedLinear
@@ -28,7 +29,8 @@ class MultiheadAttention(nn.Module):
 
     The score normalizer is any registered "score" method (``"softmax"``, ``"softmax1"``,
     ``"clipped-softmax"``, ...). With plain softmax and no probabilities requested, the
-    computation goes through ``F.scaled_dot_product_attention``.
+    computation goes through :func:`normlab.kernels.attention` (a fused CPU kernel for
+    small head dimensions, else ``F.scaled_dot_product_attention``).
 
     Gated attention (Bondarenko et al., 2023) multiplies each head's output by
     ``sigmoid(x_h . g_h + b_h)``, a per-head linear gate on that head's slice of the input,
@@ -268,10 +270,11 @@ class MultiheadAttention(nn.Module):
         q, k, v = self.project(x)
         probs = None
         if self.score_name == "softmax" and not return_probs:
-            mask = None if attn_mask is None else self._mask(n, n, attn_mask, x.device)
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=mask is None and self.causal, scale=self.scale
-            )
+            if attn_mask is None:  # normlab's fused CPU kernel where it applies
+                y = K.attention(q, k, v, causal=self.causal, scale=self.scale)
+            else:
+                mask = self._mask(n, n, attn_mask, x.device)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
         else:
             y, probs = self.attend(q, k, v, attn_mask=attn_mask, return_probs=True)
         y = self.output(y, x)

@@ -462,6 +462,11 @@ class FreeSetting:
         relative: ``low`` and ``high`` are factors on the value at each scale (so one
             declaration serves smoke, quick and full); integers round to the nearest
             integer other than the value itself.
+        testable_from: scale -> the least value at which the claim was measured testable
+            (its premises hold), where a smaller one was measured untestable: a neighbour
+            below it is not rerun (it could reach no verdict) and is reported as untestable
+            with ``below_why``, the measurement that set it.
+        below_why: what was measured below ``testable_from`` (required with it).
     """
 
     key: str
@@ -469,10 +474,17 @@ class FreeSetting:
     high: Any
     reason: str
     relative: bool = False
+    testable_from: Mapping[str, float] = field(default_factory=dict)
+    below_why: str = ""
 
     def __post_init__(self) -> None:
         if not self.reason.strip():
             raise ValueError(f"Free setting {self.key!r} needs a reason.")
+        if self.testable_from and not self.below_why.strip():
+            raise ValueError(
+                f"Free setting {self.key!r}: testable_from needs below_why, the measurement "
+                "below it (e.g. 'at 150 steps the premises fail: ...')."
+            )
         if self.relative and not (0 < float(self.low) < 1 < float(self.high)):
             raise ValueError(
                 f"Free setting {self.key!r}: relative neighbours are factors with "
@@ -480,10 +492,18 @@ class FreeSetting:
             )
 
     @classmethod
-    def scaled(cls, key: str, reason: str, low: float = 0.5, high: float = 2.0) -> FreeSetting:
+    def scaled(
+        cls, key: str, reason: str, low: float = 0.5, high: float = 2.0, **floor: Any
+    ) -> FreeSetting:
         """A numeric free setting whose neighbours are its value times ``low`` and ``high``
-        at every scale (halved and doubled by default)."""
-        return cls(key, low, high, reason, relative=True)
+        at every scale (halved and doubled by default); ``floor`` passes ``testable_from``
+        and ``below_why``."""
+        return cls(key, low, high, reason, relative=True, **floor)
+
+    def below_floor(self, value: Any, scale: str) -> bool:
+        """Whether ``value`` lies below the least value measured testable at ``scale``."""
+        floor = self.testable_from.get(scale)
+        return floor is not None and value < floor
 
     def neighbours(self, config: Mapping[str, Any]) -> tuple[Any, Any]:
         """The two neighbour values at the scale whose ``config`` is given."""
@@ -546,8 +566,12 @@ class Claim:
         figure: ``figure(measurements) -> matplotlib Figure`` over all seeds, or None.
         caption: what to look at in the figure; a mapping from scale to text when the
             figure draws different panels at different scales.
-        exclusive: the measurement is a timing: the runner runs this claim's tasks alone,
-            one at a time in its own process, after every other task has finished.
+        figure_only: config values a robustness rerun runs at instead of the scale's, for
+            settings that feed only the figure (drawn from the main seeds, never from a
+            rerun) and no effect: the rerun skips that work (fold-ln's width sweep).
+        exclusive: the measurement is a timing: the runner runs this claim's seed tasks
+            alone, one at a time in its own process, after every other task has finished
+            (its checks, which time nothing, share the machine).
         convergence: the convergence premise's bound on the late share of a tuned arm's
             training curve, when not the engine's default
             (:data:`normlab.claims.rule.CONVERGED`).
@@ -572,6 +596,7 @@ class Claim:
     scale_note: str = ""
     figure: Callable[[Sequence[Measurement]], Any] | None = None
     caption: str | Mapping[str, str] = ""
+    figure_only: Mapping[str, Any] = field(default_factory=dict)
     exclusive: bool = False
     convergence: Margin | None = None
     quote: str = ""
@@ -612,6 +637,12 @@ class Claim:
         absent = [k for k in keys if any(k not in c for c in self.configs.values())]
         if absent:
             raise ValueError(f"Claim {self.id!r}: free settings {absent} are not config keys.")
+        unknown = sorted(set(self.figure_only) - set(keys))
+        if unknown:
+            raise ValueError(
+                f"Claim {self.id!r}: figure_only {unknown} are not free settings; only a "
+                "setting normlab chose for the figure may change in a rerun."
+            )
         if self.decisive and self.decisive not in keys:
             raise ValueError(
                 f"Claim {self.id!r}: decisive {self.decisive!r} is not a free setting; "

@@ -46,10 +46,14 @@ def _mode(robustness: bool | str) -> str:
     return str(robustness)
 
 
-def robustness_overrides(claim: Claim, scale: str, robustness: bool | str) -> list[dict[str, Any]]:
+def robustness_overrides(
+    claim: Claim, scale: str, robustness: bool | str, *, below_floor: bool = False
+) -> list[dict[str, Any]]:
     """One override per distinct neighbour of the free settings ``robustness`` selects
     (none equal to the setting's own value), with the neighbours computed at ``scale``
-    (relative free settings scale with the config)."""
+    (relative free settings scale with the config). Neighbours below a setting's
+    ``testable_from`` are left out (they could reach no verdict); ``below_floor`` returns
+    only those instead."""
     mode = _mode(robustness)
     if mode == "none":
         return []
@@ -59,7 +63,8 @@ def robustness_overrides(claim: Claim, scale: str, robustness: bool | str) -> li
     for s in settings:
         for v in s.neighbours(config):
             # a setting with one alternative names it twice (low = high): one rerun
-            if v != config[s.key] and {s.key: v} not in out:
+            keep = s.below_floor(v, scale) == below_floor
+            if keep and v != config[s.key] and {s.key: v} not in out:
                 out.append({s.key: v})
     return out
 

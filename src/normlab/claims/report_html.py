@@ -551,6 +551,8 @@ def _robustness(record: Mapping[str, Any]) -> str:
             esc(fmt_estimate(r.get("mean"), r.get("low"), r.get("high"))) if "mean" in r else "",
             "<span class='mark bad'></span><b>flips the verdict</b>"
             if r.get("flips")
+            else esc(r["why"])
+            if r.get("why")
             else ("reached no verdict" if r.get("verdict") in ("untestable", "error") else "same"),
         ]
         for r in record.get("robustness") or []

@@ -13,6 +13,7 @@ from normlab.claims._format import NO_VERDICT, robustness_status
 from normlab.claims.calibration import null_calibration
 from normlab.claims.core import CheckOutcome, Claim, Effect, Margin
 from normlab.claims.placebo import judge_placebo, not_applicable
+from normlab.claims.plan import robustness_overrides
 from normlab.claims.rule import ClaimVerdict, judge_claim
 from normlab.claims.tasks import TaskResult
 
@@ -108,6 +109,7 @@ class ClaimResult:
             null = null_calibration(claim.primary, ok)
             reruns = _robustness(claim, neighbours, scale)
             if reruns:  # robustness was asked for: the margin's neighbours cost no training
+                reruns += _below_floor(claim, scale, {r["setting"] for r in reruns})
                 reruns += _margin_robustness(claim, ok, outcomes, scale)
             robust = tuple({**r, "flips": _flips(r["verdict"], verdict.verdict)} for r in reruns)
             aa = not_applicable(claim, scale)
@@ -147,6 +149,29 @@ def _robustness(
             }
         )
     return tuple(out)
+
+
+def _below_floor(claim: Claim, scale: str, settings: set[str]) -> tuple[dict[str, Any], ...]:
+    """The neighbours of the rerun ``settings`` that were not rerun because they lie below
+    the value measured testable (:attr:`FreeSetting.testable_from`): untestable, with the
+    measurement that says so."""
+    why = {s.key: s.below_why for s in claim.free_settings}
+    return tuple(
+        {
+            "setting": key,
+            "value": value,
+            "verdict": "untestable",
+            "mean": math.nan,
+            "low": math.nan,
+            "high": math.nan,
+            "seeds": 0,
+            "why": f"not rerun: {why[key]}",
+        }
+        for ((key, value),) in (
+            o.items() for o in robustness_overrides(claim, scale, "all", below_floor=True)
+        )
+        if key in settings
+    )
 
 
 #: The factors on a margin that is normlab's choice: its robustness neighbours.

@@ -239,7 +239,7 @@ class ClaimRunner:
             on_skipped=self.on_skipped,
         )
         shared: deque[Task] = deque()
-        alone: deque[Task] = deque()  # timing claims run last and alone, on an idle machine
+        alone: deque[Task] = deque()  # timing claims' seeds run last and alone (idle machine)
 
         def release(tasks: Iterable[Task], front: bool = False) -> None:
             """Queue the tasks that are not cached (released ones go first); a cached task
@@ -254,7 +254,7 @@ class ClaimRunner:
                     self.on_result(hit)
                 release(schedule.finished(task, hit), front)
             for task in reversed(fresh) if front else fresh:
-                queue = alone if task.claim.exclusive else shared
+                queue = alone if task.claim.exclusive and task.seed is not None else shared
                 queue.appendleft(task) if front else queue.append(task)
 
         def record(task: Task, data: dict[str, Any]) -> None:

@@ -33,6 +33,7 @@ from normlab._io import content_hash
 from normlab._sources import closure_hash
 from normlab.claims import tune_once
 from normlab.claims.core import Claim, Measurement, get_claim
+from normlab.claims.protocol import PLACEBO_KEY
 
 __all__ = [
     "CHECKS",
@@ -122,8 +123,10 @@ def claim_modules(claim: Claim) -> list[str]:
 
 
 def task_config(claim: Claim, scale: str, override: dict[str, Any] | None = None):
-    """The config a task runs with: the claim's at ``scale``, with ``override`` applied."""
-    return {**claim.config(scale), **(override or {})}
+    """The config a task runs with: the claim's at ``scale``, with ``override`` applied (a
+    robustness rerun also takes the claim's ``figure_only`` values)."""
+    rerun = bool(override) and PLACEBO_KEY not in override
+    return {**claim.config(scale), **(claim.figure_only if rerun else {}), **(override or {})}
 
 
 def task_key(

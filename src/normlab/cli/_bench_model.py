@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab import kernels as K
-from normlab.cli._bench_ops import load, median_times
+from normlab._machine import load_average
+from normlab.cli._bench_ops import median_times
 from normlab.layers import DyT, LayerNorm, RMSNorm
 
 __all__ = ["bench_model"]
@@ -95,9 +96,9 @@ def bench_model(
     }
     if compile:
         arms["compiled"] = _step(torch.compile(copy.deepcopy(base)), idx, off)
-    before = load()
+    before = load_average()
     samples = median_times(arms, device, repeats, min_time)
-    after = load()
+    after = load_average()
     t = {k: statistics.median(v) for k, v in samples.items()}
     record: dict[str, Any] = {
         "model": f"TinyGPT d={d_model} L={n_layers} {norm} + softmax1, batch {batch}x"

@@ -71,6 +71,7 @@ import torch.nn.functional as F
 
 from normlab import functional as NF
 from normlab import kernels as K
+from normlab._machine import load_average
 
 __all__ = [
     "CACHE_MULTIPLE",
@@ -84,7 +85,6 @@ __all__ = [
     "fresh_output_regime",
     "keep_freed_memory",
     "last_level_cache",
-    "load",
     "median_times",
     "rotating_copy",
     "rotation",
@@ -206,14 +206,6 @@ def traffic(op: str, shape: tuple[int, int], dtype: torch.dtype, backward: bool)
     if backward:
         total += bwd * rows * d * dtype.itemsize + 2 * params * d * 4 + stats
     return total
-
-
-def load() -> float:
-    """The 1-minute load average (0 where the platform has none)."""
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return 0.0
 
 
 Fn = Callable[..., Any]
@@ -425,10 +417,10 @@ def bench_op(
 
     fns = {name: call(fn) for name, fn in variants.items()}
     fns["copy"] = copy
-    before = load()
+    before = load_average()
     with torch.set_grad_enabled(backward):
         samples = median_times(fns, device, repeats, min_time)
-    after = load()
+    after = load_average()
     times = {k: statistics.median(v) for k, v in samples.items()}
     moved = traffic(op, shape, dtype, backward)
     copy_gbs = 2 * x.numel() * x.element_size() / times["copy"] / 1e9

@@ -4,12 +4,10 @@
 :func:`~normlab.flows.circulant.cd_inverse` of one ``n x n`` CD layer against
 ``torch.linalg.slogdet`` and ``torch.linalg.solve`` on the same materialised matrix, each
 the best of a few repeats (:func:`best_time`), so their growth with ``n`` can be fitted.
-:func:`tasks_waiting_for_a_core` says whether the timed process had a core to itself.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,25 +16,10 @@ import torch
 
 from normlab.flows.circulant import CirculantDiagonalLinear, cd_inverse, cd_logabsdet
 
-__all__ = ["OPERATIONS", "best_time", "cd_operation_times", "tasks_waiting_for_a_core"]
+__all__ = ["OPERATIONS", "best_time", "cd_operation_times"]
 
 #: The timed operations, in the order :func:`cd_operation_times` reports them.
 OPERATIONS = ("cd_logdet", "dense_logdet", "cd_inverse", "dense_inverse")
-
-
-def tasks_waiting_for_a_core() -> float:
-    """How many runnable tasks (running or ready, the caller included) exceed the cores
-    now: the kernel's count in ``/proc/loadavg`` (its fourth field, "running/total") minus
-    ``os.cpu_count()``, or the 1-minute load average's excess where that file cannot be
-    read; 0 when every runnable task has a core. Above 0 a timing measures the scheduler as
-    well as the arithmetic."""
-    cores = os.cpu_count() or 1
-    try:
-        with open("/proc/loadavg") as f:
-            running = float(f.read().split()[3].split("/")[0])
-    except (OSError, IndexError, ValueError):
-        running = os.getloadavg()[0]
-    return max(0.0, running - cores)
 
 
 def best_time(fn: Callable[[], Any], min_total: float = 2e-3, repeats: int = 3) -> float:

@@ -12,6 +12,9 @@ form (same signature, same numbers within float32 rounding):
 - :func:`dyt` ``weight * tanh(alpha * x) + bias`` (Zhu et al., 2025),
 - :func:`softmax1` ``exp(x_i) / (1 + sum_j exp(x_j))`` (Miller, 2023).
 
+And :func:`attention`, softmax attention ``softmax(q k^T * scale) v`` with a fused CPU kernel
+for small head dimensions (:mod:`normlab.kernels.sdpa`; torch's own op elsewhere).
+
 Where they apply: float32, bfloat16 or float16 tensors, on the CPU (:mod:`normlab.kernels.cpu`,
 a C++ library built on first use) or on CUDA when Triton is installed
 (:mod:`normlab.kernels.triton_kernels`); a plain ``torch.Tensor`` (no subclass, no functorch
@@ -48,11 +51,13 @@ from normlab.kernels._dispatch import (
     disabled,
     enabled,
 )
+from normlab.kernels.sdpa import attention
 
 __all__ = [
     "BACKENDS",
     "add_layer_norm",
     "add_rms_norm",
+    "attention",
     "available",
     "check_backend",
     "disabled",

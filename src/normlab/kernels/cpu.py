@@ -200,8 +200,11 @@ from pathlib import Path
 import torch
 
 __all__ = [
+    "ATTENTION_HEAD_DIMS",
     "DTYPES",
     "FLAGS",
+    "attention_bwd",
+    "attention_fwd",
     "build",
     "dyt_bwd",
     "dyt_fwd",
@@ -221,7 +224,10 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: Compiler flags of the build.
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 
-_SOURCE = Path(__file__).with_name("csrc") / "norms.cpp"
+_CSRC = Path(__file__).with_name("csrc")
+#: The library's sources (compiled together) and the header they share.
+_SOURCES = (_CSRC / "norms.cpp", _CSRC / "attention.cpp")
+_HEADERS = (_CSRC / "fast_exp.h",)
 _P = ctypes.c_void_p
 _L = ctypes.c_long
 _F = ctypes.c_float
@@ -236,8 +242,10 @@ _SIGNATURES: dict[str, tuple[type, ...]] = {
     "nl_softmax1_fwd": (_I, _P, _P, _P, _L, _L, _I),
     "nl_softmax1_bwd": (_I, _P, _P, _P, _L, _L, _I),
     "nl_exp": (_P, _P, _L),
+    "nl_attn_fwd": (_P, _P, _P, _P, _P, *(_L,) * 7, _F, _I, _I),
+    "nl_attn_bwd": (*(_P,) * 9, *(_L,) * 10, _F, _I, _I),
 }
-_VERSION = 4  # nl_version() of csrc/norms.cpp
+_VERSION = 5  # nl_version() of csrc/norms.cpp
 _lock = threading.Lock()
 _state: dict[str, ctypes.CDLL | None] = {}
 _scratch = threading.local()  # per-thread reusable float32 workspace
@@ -282,7 +290,7 @@ def intact(target: Path) -> bool:
 
 
 def build(compiler: str | None = None) -> Path:
-    """Compile ``csrc/norms.cpp`` into the cache (once per machine and source) and return it.
+    """Compile ``csrc/*.cpp`` into the cache (once per machine and source) and return it.
 
     A cached library is used only when it matches the size and SHA-256 recorded when it
     was written; otherwise it is rebuilt.
@@ -295,7 +303,7 @@ def build(compiler: str | None = None) -> Path:
     cxx = compiler or _compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler found (set $CXX or install g++).")
-    source = _SOURCE.read_bytes()
+    source = b"\0".join(p.read_bytes() for p in (*_SOURCES, *_HEADERS))
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False)
     key = hashlib.sha256(
         b"\0".join(
@@ -313,7 +321,7 @@ def build(compiler: str | None = None) -> Path:
         tmp = folder / f"tmp-{os.getpid()}.so"
         try:
             done = subprocess.run(
-                [cxx, *FLAGS, "-o", str(tmp), str(_SOURCE)], capture_output=True, text=True
+                [cxx, *FLAGS, "-o", str(tmp), *map(str, _SOURCES)], capture_output=True, text=True
             )
             if done.returncode != 0:
                 raise RuntimeError(f"building the CPU kernels failed:\n{done.stderr[-2000:]}")
@@ -583,3 +591,76 @@ def softmax1_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     dx = torch.empty_like(y)
     _lib().nl_softmax1_bwd(_dt(y), _ptr(dy), _ptr(y), _ptr(dx), rows, d, _threads())
     return dx
+
+
+#: Head dimensions :func:`attention_fwd` is compiled for (csrc/attention.cpp's cases).
+ATTENTION_HEAD_DIMS = (8, 16, 32)
+
+
+def _heads(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a ``(B, H, T, D)`` view (a 3-d ``(S, T, D)`` gets one head)."""
+    return t.unsqueeze(1) if t.dim() == 3 else t
+
+
+def _strides(t: torch.Tensor) -> tuple[int, int, int]:
+    """``(batch, head, row)`` strides of a ``(B, H, T, D)`` view whose rows are contiguous."""
+    sb, sh, st, _ = t.stride()
+    return sb, sh, st
+
+
+def _head_rows(*ts: torch.Tensor) -> list[torch.Tensor]:
+    """The ``(B, H, T, D)`` views, copied only where the kernel cannot read them in place:
+    rows of D contiguous floats, one set of strides for all of them."""
+    views = [_heads(t) for t in ts]
+    if all(v.stride(-1) == 1 for v in views) and len({v.stride() for v in views}) == 1:
+        return views
+    return [v.contiguous() for v in views]
+
+
+def _like_output(q: torch.Tensor) -> torch.Tensor:
+    """An empty ``(B, H, T, D)`` tensor laid out ``(B, T, H, D)`` (the kernel's outputs)."""
+    b, h, t, d = q.shape
+    return torch.empty(b, t, h, d).transpose(1, 2)
+
+
+def attention_fwd(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(o, lse)`` of softmax attention over float32 ``(B, H, T, D)`` (or ``(S, T, D)``)
+    queries, keys and values, read in place where their rows are contiguous and their
+    strides agree (the heads of one projection): the output (shape of ``q``, laid out
+    ``(B, T, H, D)``) and each query's log-sum-exp of its scaled scores (float32)."""
+    qh, kh, vh = _head_rows(q, k, v)
+    b, h, t, d = qh.shape
+    o = _like_output(qh)
+    lse = torch.empty(b * h, t, dtype=torch.float32)
+    _lib().nl_attn_fwd(
+        _ptr(qh), _ptr(kh), _ptr(vh), _ptr(o), _ptr(lse), b, h, t, d, *_strides(qh), scale,
+        int(causal), _threads(),
+    )  # fmt: skip
+    return o.reshape(q.shape), lse
+
+
+def attention_bwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    do: torch.Tensor,
+    lse: torch.Tensor,
+    scale: float,
+    causal: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv)`` of :func:`attention_fwd` from its saved output and log-sum-exp."""
+    qh, kh, vh = _head_rows(q, k, v)
+    oh = _heads(o)
+    if oh.stride() != _like_output(qh).stride():
+        oh = oh.transpose(1, 2).contiguous().transpose(1, 2)
+    (gh,) = _head_rows(do)
+    b, h, t, d = qh.shape
+    dq, dk, dv = _like_output(qh), _like_output(qh), _like_output(qh)
+    _lib().nl_attn_bwd(
+        _ptr(qh), _ptr(kh), _ptr(vh), _ptr(oh), _ptr(gh), _ptr(lse), _ptr(dq), _ptr(dk),
+        _ptr(dv), b, h, t, d, *_strides(qh), *_strides(gh), scale, int(causal), _threads(),
+    )  # fmt: skip
+    return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)

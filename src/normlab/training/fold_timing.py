@@ -5,9 +5,9 @@ its affine map (:mod:`normlab.surgery.fold_detect`); the seed reports that the f
 runs 2-12% faster on a CPU end to end, since RMSNorm skips the mean ``mu = mean(x)`` and the
 centring ``x - mu``. What a timing can show is bounded by the norms' share of the forward
 time, ``1 - t(no norm) / t(LayerNorm)``, and by the machine: a timing taken while more
-runnable tasks than cores compete (the 1-minute load average ``os.getloadavg()[0]`` above
-``os.cpu_count()``) measures the scheduler, not the arithmetic. :func:`machine_load` records
-both so that a claim can refuse such a timing.
+runnable tasks than cores compete measures the scheduler, not the arithmetic.
+:func:`machine_load` records how many waited (:mod:`normlab._machine`) so that a claim can
+refuse such a timing.
 
 :func:`fold_arms` builds the timed models, :func:`interleaved_times` times them in rotating
 order, :func:`paired_speedup` summarises the paired per-round ratio.
@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab._machine import load_average, tasks_waiting_for_a_core
 from normlab.layers.dyt import DyT
 from normlab.layers.norms import LayerNorm as NormlabLayerNorm
 from normlab.layers.norms import RMSNorm
@@ -141,10 +142,14 @@ def fold_zoo(archs: Sequence[str]) -> dict[str, dict[str, float]]:
 
 
 def machine_load() -> dict[str, float]:
-    """The 1-minute load average, the core count and their ratio (runnable tasks per core;
-    above 1 the timed process waits for a core)."""
-    load, cores = os.getloadavg()[0], os.cpu_count() or 1
-    return {"load_1min": float(load), "cores": float(cores), "load_per_core": load / cores}
+    """The runnable tasks beyond the cores now (``tasks_waiting``; above 0 the timed process
+    waits for a core), the 1-minute load average (which remembers the last minute) and the
+    core count."""
+    return {
+        "tasks_waiting": tasks_waiting_for_a_core(),
+        "load_1min": load_average(),
+        "cores": float(os.cpu_count() or 1),
+    }
 
 
 def _set_backend(model: nn.Module, backend: str) -> nn.Module:

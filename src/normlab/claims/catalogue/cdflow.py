@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from normlab._machine import QUIET_THRESHOLD, QUIET_WHY, tasks_waiting_for_a_core
 from normlab.claims.arms import Trained, run_arms
 from normlab.claims.common import loglog_slope, seed_everything
 from normlab.claims.core import (
@@ -33,7 +34,7 @@ from normlab.claims.core import (
 )
 from normlab.flows import MIXINGS
 from normlab.flows.exactness import inverse_error, logdet_error, zuko_composition_error
-from normlab.flows.timing import OPERATIONS, cd_operation_times, tasks_waiting_for_a_core
+from normlab.flows.timing import OPERATIONS, cd_operation_times
 from normlab.papers import paper
 from normlab.training.flows import DATASETS, flow_splits, train_flow
 
@@ -225,9 +226,8 @@ CLAIM = register_claim(
                 "process included) sampled before and after each timed n",
                 lambda m: cell(m, "machine", "tasks_waiting"),
                 op="<=",
-                threshold=0.5,
-                source="normlab's choice: no task waited for a core (a whole number: 0.5 "
-                "separates none from one)",
+                threshold=QUIET_THRESHOLD,
+                source=QUIET_WHY,
                 gates=("logdet_exponent_gap", "inverse_exponent_gap"),
             ),
         ),

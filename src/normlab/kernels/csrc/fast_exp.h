@@ -1,0 +1,29 @@
+// fast_exp: a branch-free float32 exp that vectorises, shared by the CPU kernels
+// (norms.cpp: Softmax1 and DyT's backward; attention.cpp: the attention softmax).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+// exp(x) for x <= 88: Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, degree-7 Taylor
+// polynomial (truncation error < 6e-9 relative), scaled by 2^n through the exponent bits.
+// Below -87.33 (where float32 results turn subnormal) it returns 0. Branch-free, so softmax1's
+// loops over it vectorise (16 lanes). Error against float64 over every 97th float32 in [-87.33,
+// 88.37]: at most 0.92 ulp, mean 0.06 (tests/kernels/test_softmax1_exp.py).
+static inline float fast_exp(float x) {
+  float xc = x < -87.33f ? -87.33f : (x > 88.37f ? 88.37f : x);
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return x < -87.33f ? 0.0f : p * scale;
+}
