@@ -9,7 +9,8 @@ query row with the slice's keys and values held in L1, saving each query's log-s
 the backward (which recomputes the probabilities, as FlashAttention does), where it measured
 faster than torch's op (:func:`_fused`). torch's CPU flash attention is blocked for large
 head dimensions; at TinyGPT's (d 32, 4 heads: head dimension 8, 64 tokens) the fused forward
-+ backward is 2.5x faster and a training step 1.2x (benchmarks/bench_attention.py).
++ backward is 2.2x faster and a training step 1.3x (benchmarks/bench_attention.py, one
+thread, idle machine).
 Anything else (other dtypes or devices, cross-attention lengths, other head dimensions, a
 functorch transform, a torch-function mode such as the fold tracer, ``torch.compile``,
 ``normlab.kernels.disabled()``) takes torch's own op, so the numbers agree within float32
@@ -40,9 +41,9 @@ def _fused(q: Tensor, k: Tensor, v: Tensor) -> bool:
     """Whether the CPU kernel computes this call (else torch's op does): float32 CPU
     self-attention of at most :data:`MAX_TOKENS` tokens with a head dimension of
     :data:`~normlab.kernels.cpu.ATTENTION_HEAD_DIMS`, where it measured faster than torch's
-    op forward + backward at every such size (1.1-2.5x). The forward alone is faster at head
-    dimension 8 (1.4x) and 32 (1.15x) but not at 16 (0.8-1.0x); the kernel takes it all the
-    same, so a model computes the same numbers with and without autograd."""
+    op forward + backward at the sizes measured (1.0-2.2x). The forward alone is faster at
+    head dimension 8 (1.3x) and 32 (1.1x) but not at 16 (0.9-1.0x); the kernel takes it all
+    the same, so a model computes the same numbers with and without autograd."""
     from normlab.kernels.cpu import ATTENTION_HEAD_DIMS
 
     if not enabled() or torch.compiler.is_compiling():

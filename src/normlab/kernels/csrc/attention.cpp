@@ -14,7 +14,7 @@
 // row is one pass: its scores for 16 keys at a time accumulate over D in registers from a
 // transposed copy of the keys, and the row updates (o, dq, dk, dv) are D-wide vector FMAs.
 // torch's CPU flash attention blocks for large head dimensions; at D = 8 (TinyGPT, d 32,
-// 4 heads, T 64, batch 16) its forward + backward took 2.2 ms against 0.7 ms here (one
+// 4 heads, T 64, batch 16) its forward + backward took 2.2 ms against 1.0 ms here (one
 // thread; benchmarks/bench_attention.py). Outputs (o, dq, dk, dv) are written as (B, T, H, D)
 // arrays, the layout the attention's output projection reads without a copy; lse is (B H, T).
 // Slices run in parallel over OpenMP threads; each slice's sums run in a fixed order, so
