@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 import normlab.kernels as K
 from normlab._machine import load_average
+from normlab.cli._bench_model import train_step
 from normlab.cli._bench_ops import median_times
 from normlab.kernels import sdpa
 from normlab.models.gpt import GPTConfig, TinyGPT
@@ -55,19 +56,13 @@ def _ops(shape: tuple[int, ...]) -> dict[str, object]:
 def _step(torch_attention: bool) -> object:
     torch.manual_seed(0)
     model = TinyGPT(GPTConfig(d_model=32, n_layers=8, n_heads=4, context=64))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
-    x = torch.randint(0, 256, (16, 64))
-    switch = mock.patch.object(sdpa, "_fused", lambda *a: False) if torch_attention else None
 
-    def run():
-        with switch or nullcontext():
-            logits = model(x)
-            loss = F.cross_entropy(logits.flatten(0, 1), x.flatten())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+    def scope():
+        if torch_attention:
+            return mock.patch.object(sdpa, "_fused", lambda *a: False)
+        return nullcontext()
 
-    return run
+    return train_step(model, torch.randint(0, 256, (16, 64)), scope)
 
 
 def main(argv: list[str] | None = None) -> int:

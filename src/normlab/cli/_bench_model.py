@@ -49,7 +49,10 @@ def _unfused(model: nn.Module) -> nn.Module:
     return model
 
 
-def _step(model: nn.Module, idx: torch.Tensor, scope: Callable[[], Any]) -> Callable[[], None]:
+def train_step(
+    model: nn.Module, idx: torch.Tensor, scope: Callable[[], Any]
+) -> Callable[[], None]:
+    """One AdamW training step of ``model`` on ``idx`` (next-byte loss) inside ``scope()``."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step() -> None:
@@ -88,14 +91,14 @@ def bench_model(
     idx = torch.randint(0, config.vocab, (batch, config.context), device=device)
     on, off = contextlib.nullcontext, K.disabled
     arms: dict[str, Callable[[], None]] = {
-        "kernels": _step(copy.deepcopy(base), idx, on),
-        "unfused": _step(_unfused(copy.deepcopy(base)), idx, on),
-        "plain": _step(copy.deepcopy(base), idx, off),
-        "no-norm": _step(_strip_norms(copy.deepcopy(base)), idx, on),
-        "no-norm-plain": _step(_strip_norms(copy.deepcopy(base)), idx, off),
+        "kernels": train_step(copy.deepcopy(base), idx, on),
+        "unfused": train_step(_unfused(copy.deepcopy(base)), idx, on),
+        "plain": train_step(copy.deepcopy(base), idx, off),
+        "no-norm": train_step(_strip_norms(copy.deepcopy(base)), idx, on),
+        "no-norm-plain": train_step(_strip_norms(copy.deepcopy(base)), idx, off),
     }
     if compile:
-        arms["compiled"] = _step(torch.compile(copy.deepcopy(base)), idx, off)
+        arms["compiled"] = train_step(torch.compile(copy.deepcopy(base)), idx, off)
     before = load_average()
     samples = median_times(arms, device, repeats, min_time)
     after = load_average()
