@@ -493,12 +493,19 @@ class FreeSetting:
 
     @classmethod
     def scaled(
-        cls, key: str, reason: str, low: float = 0.5, high: float = 2.0, **floor: Any
+        cls,
+        key: str,
+        reason: str,
+        low: float = 0.5,
+        high: float = 2.0,
+        *,
+        testable_from: Mapping[str, float] | None = None,
+        below_why: str = "",
     ) -> FreeSetting:
         """A numeric free setting whose neighbours are its value times ``low`` and ``high``
-        at every scale (halved and doubled by default); ``floor`` passes ``testable_from``
-        and ``below_why``."""
-        return cls(key, low, high, reason, relative=True, **floor)
+        at every scale (halved and doubled by default)."""
+        floor = dict(testable_from or {})
+        return cls(key, low, high, reason, relative=True, testable_from=floor, below_why=below_why)
 
     def below_floor(self, value: Any, scale: str) -> bool:
         """Whether ``value`` lies below the least value measured testable at ``scale``."""
