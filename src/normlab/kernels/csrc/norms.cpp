@@ -386,11 +386,21 @@ inline __m512 get(vector, const half* p, long j) {
 // The backward kernels' second pass (dx and the weight-gradient partials) over m columns of
 // float16 rows dy and x: f(by, bx, j0, n) for each piece of n <= 64 columns from j0, with
 // by, bx the piece as float32, converted by F16C (vcvtph2ps) into buffers that stay in L1.
-// As ld in that pass's vectorised loop, float16 converts in integer arithmetic (about 12
-// instructions a vector, twice a column): that made float16's backward 1.5x bfloat16's.
-// Same values (exact conversions) and the same float operations: outputs bit-for-bit those
-// of the per-row loop. bfloat16 keeps ld (a shift): through the buffers it measured slower
-// (8192 x 1024 LayerNorm backward 2.96 -> 3.73 ms; float16 4.44 -> 3.55).
+// In that pass's vectorised loop ld converts float16 in integer arithmetic (about a dozen
+// instructions a vector, for dy and x), which made float16's backward 1.4-1.6x bfloat16's.
+// Same values (exact conversions) and the same float operations: every output is bit-for-bit
+// that of the per-row loop (8100 outputs compared: 1-2048 rows, D 1-12288, all dtypes, with
+// and without w, off, dsum, 1 and 2 threads). Measured (one thread, thread CPU time, inputs
+// from memory (3 buffer sets), old and new library interleaved, medians of 31, load 0.6-0.8;
+// backward kernel ms, old -> new): 8192 x 1024 float16 LayerNorm 4.77 -> 3.60, RMSNorm 3.94 ->
+// 2.78, with dsum 6.97 -> 5.71, 5.41 -> 3.94; 2048 x 4096 4.86 -> 4.17, 4.25 -> 3.17, with
+// dsum 6.64 -> 5.48, 6.26 -> 4.92; bfloat16 and float32 unchanged (within 2%). Not taken:
+// bfloat16 through the same buffers (its ld is a shift; LayerNorm 8192 x 1024 2.96 -> 3.73);
+// dsum through a third buffer (within noise, no gain); and converting each 16-bit row once
+// into a per-thread float32 row copy in the first pass for the second (issue 39): the copy's
+// stores cost more than the conversions they save (LayerNorm 8192 x 1024 bf16 3.14 -> 4.77,
+// fp16 4.81 -> 4.86; 2048 x 4096 bf16 3.89 -> 4.32, fp16 5.02 -> 4.05; the first pass's
+// stores alone took bf16 3.0 -> 5.2 ms, reading the copy in the second saved ~0.25 ms).
 template <typename F>
 inline void halves(const half* dy, const half* x, long m, F f) {
   for (long j0 = 0; j0 < m; j0 += 64) {
