@@ -564,7 +564,7 @@ void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rs
               halves(dy + o, x + o, m, [&](const float* by, const float* bx, long i0, long n) {
                 const float* wi = w + j0 + i0;
                 float* a = acc + j0 + i0;
-                auto grad = [&](long j) {
+                auto grad = [&, off](long j) {
                   float xh = bx[j] * r;
                   float gj = by[j];
                   a[j] += gj * xh;
@@ -608,7 +608,7 @@ void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rs
         halves(dy + o, x + o, D, [&](const float* by, const float* bx, long j0, long n) {
           const float* wj = w + j0;
           float* a = acc + j0;
-          auto grad = [&](long j) {
+          auto grad = [&, off](long j) {
             float xh = bx[j] * r;
             float g = by[j];
             a[j] += g * xh;
@@ -623,7 +623,14 @@ void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rs
         });
         continue;
       }
-      auto grad = [&](long j) {
+      // off, w, dy and x by value: by reference they are the parallel region's shared
+      // variables, which gcc reloaded every vector (the float stores to the partials might
+      // alias them). Same operations, bit-for-bit. Measured (one thread, thread CPU time,
+      // interleaved, medians of 31, load 0.9; backward kernel ms, by reference -> by value):
+      // 8192 x 1024 LayerNorm fp32 4.64 -> 4.30, bf16 3.02 -> 2.84, RMSNorm 4.16 -> 3.96,
+      // 2.46 -> 2.31; float16 (off alone, in halves) within 2%. The row-group loops' ld lambdas
+      // keep [&]: there 2048 x 4096 LayerNorm fp32 measured 4.97 -> 5.30 by value.
+      auto grad = [&, off, w, dy, x](long j) {
         float xh = ld(x + o, j) * r;
         float g = ld(dy + o, j);
         acc[j] += g * xh;
@@ -777,7 +784,7 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
                 const float* wi = w + j0 + i0;
                 float* awi = aw + j0 + i0;
                 float* abi = ab + j0 + i0;
-                auto grad = [&](long j) {
+                auto grad = [&, off](long j) {
                   float gj = by[j];
                   float xh = (bx[j] - mu) * r;
                   awi[j] += gj * xh;
@@ -831,7 +838,7 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
           const float* wj = w + j0;
           float* awj = aw + j0;
           float* abj = ab + j0;
-          auto grad = [&](long j) {
+          auto grad = [&, off](long j) {
             float g = by[j];
             float xh = (bx[j] - mu) * r;
             awj[j] += g * xh;
@@ -847,7 +854,7 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
         });
         continue;
       }
-      auto grad = [&](long j) {
+      auto grad = [&, off, w, dy, x](long j) {  // by value: see rms_bwd
         float g = ld(dy + o, j);
         float xh = (ld(x + o, j) - mu) * r;
         aw[j] += g * xh;
