@@ -383,6 +383,17 @@ inline __m512 get(vector, const half* p, long j) {
 }
 #endif
 
+// dx[j] = grad(j), plus dsum[j] (the residual sum's own gradient, joining dx before rounding)
+// when dsum is not null, for j < n: the backward kernels' second-pass store.
+template <typename T, typename G>
+inline void emit_dx(T* dx, const T* dsum, long n, G grad, bool nts) {
+  if (dsum != nullptr) {
+    emit(dx, n, [&](long j) { return grad(j) + ld(dsum, j); }, nts, false);
+  } else {
+    emit(dx, n, grad, nts, false);
+  }
+}
+
 // The backward kernels' second pass (dx and the weight-gradient partials) over m columns of
 // float16 rows dy and x: f(by, bx, j0, n) for each piece of n <= 64 columns from j0, with
 // by, bx the piece as float32, converted by F16C (vcvtph2ps) into buffers that stay in L1.
@@ -571,11 +582,7 @@ void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rs
                   return r * (gj * (wi[j] + off) - xh * ck);
                 };
                 const long p = o + i0;
-                if (dsum != nullptr) {
-                  emit(dx + p, n, [&](long j) { return grad(j) + ld(dsum + p, j); }, nts, false);
-                } else {
-                  emit(dx + p, n, grad, nts, false);
-                }
+                emit_dx(dx + p, dsum == nullptr ? nullptr : dsum + p, n, grad, nts);
               });
               continue;
             }
@@ -587,11 +594,7 @@ void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rs
               a[j] += gj * xh;
               return r * (gj * (wj[j] + off) - xh * ck);
             };
-            if (dsum != nullptr) {  // the sum's own gradient joins dx before rounding
-              emit(dx + o, m, [&](long j) { return grad(j) + ld(dsum + o, j); }, nts, false);
-            } else {
-              emit(dx + o, m, grad, nts, false);
-            }
+            emit_dx(dx + o, dsum == nullptr ? nullptr : dsum + o, m, grad, nts);
           }
         }
       }
@@ -615,11 +618,7 @@ void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rs
             return r * (g * (wj[j] + off) - xh * c);
           };
           const long p = o + j0;
-          if (dsum != nullptr) {
-            emit(dx + p, n, [&](long j) { return grad(j) + ld(dsum + p, j); }, nts, false);
-          } else {
-            emit(dx + p, n, grad, nts, false);
-          }
+          emit_dx(dx + p, dsum == nullptr ? nullptr : dsum + p, n, grad, nts);
         });
         continue;
       }
@@ -636,11 +635,7 @@ void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rs
         acc[j] += g * xh;
         return r * (g * (w[j] + off) - xh * c);
       };
-      if (dsum != nullptr) {  // the sum's own gradient joins dx before rounding
-        emit(dx + o, D, [&](long j) { return grad(j) + ld(dsum + o, j); }, nts, false);
-      } else {
-        emit(dx + o, D, grad, nts, false);
-      }
+      emit_dx(dx + o, dsum == nullptr ? nullptr : dsum + o, D, grad, nts);
     }
   }
     fence_streams(nts);  // once a thread, not once a row
@@ -792,11 +787,7 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
                   return r * (gj * (wi[j] + off) - d1 - xh * d2);
                 };
                 const long p = o + i0;
-                if (dsum != nullptr) {
-                  emit(dx + p, n, [&](long j) { return grad(j) + ld(dsum + p, j); }, nts, false);
-                } else {
-                  emit(dx + p, n, grad, nts, false);
-                }
+                emit_dx(dx + p, dsum == nullptr ? nullptr : dsum + p, n, grad, nts);
               });
               continue;
             }
@@ -810,11 +801,7 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
               abj[j] += gj;
               return r * (gj * (wj[j] + off) - d1 - xh * d2);
             };
-            if (dsum != nullptr) {  // the sum's own gradient joins dx before rounding
-              emit(dx + o, m, [&](long j) { return grad(j) + ld(dsum + o, j); }, nts, false);
-            } else {
-              emit(dx + o, m, grad, nts, false);
-            }
+            emit_dx(dx + o, dsum == nullptr ? nullptr : dsum + o, m, grad, nts);
           }
         }
       }
@@ -846,11 +833,7 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
             return r * (g * (wj[j] + off) - c1 - xh * c2);
           };
           const long p = o + j0;
-          if (dsum != nullptr) {
-            emit(dx + p, n, [&](long j) { return grad(j) + ld(dsum + p, j); }, nts, false);
-          } else {
-            emit(dx + p, n, grad, nts, false);
-          }
+          emit_dx(dx + p, dsum == nullptr ? nullptr : dsum + p, n, grad, nts);
         });
         continue;
       }
@@ -861,11 +844,7 @@ void ln_bwd(const T* dy, const T* x, const float* w, float off, const float* mea
         ab[j] += g;
         return r * (g * (w[j] + off) - c1 - xh * c2);
       };
-      if (dsum != nullptr) {  // the sum's own gradient joins dx before rounding
-        emit(dx + o, D, [&](long j) { return grad(j) + ld(dsum + o, j); }, nts, false);
-      } else {
-        emit(dx + o, D, grad, nts, false);
-      }
+      emit_dx(dx + o, dsum == nullptr ? nullptr : dsum + o, D, grad, nts);
     }
   }
     fence_streams(nts);  // once a thread, not once a row
