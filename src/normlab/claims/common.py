@@ -8,7 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-__all__ = ["QUICK_GPT", "loglog_slope", "seed_everything", "spearman"]
+from normlab._machine import QUIET_THRESHOLD, QUIET_WHY
+from normlab.claims.core import Precondition, cell
+
+__all__ = ["QUICK_GPT", "loglog_slope", "machine_quiet", "seed_everything", "spearman"]
 
 #: TinyGPT's shape at quick scale, shared so that claims share cached trained models.
 QUICK_GPT = {"d_model": 64, "n_layers": 2, "n_heads": 4, "context": 64}
@@ -48,3 +51,21 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     if ra.std() == 0 or rb.std() == 0:
         return float("nan")
     return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def machine_quiet(sampled: str, gates: Sequence[str]) -> Precondition:
+    """The precondition of a claim's timings: no runnable task waited for a core at any
+    sample (``table["machine"]["tasks_waiting"]``, from
+    :func:`normlab._machine.tasks_waiting_for_a_core`), else the timing measures the scheduler
+    and the effects in ``gates`` are untestable. ``sampled`` says when the samples were taken.
+    """
+    return Precondition(
+        "machine_quiet",
+        "the most runnable tasks beyond the core count (/proc/loadavg, the timing process "
+        f"included) sampled {sampled}",
+        lambda m: cell(m, "machine", "tasks_waiting"),
+        op="<=",
+        threshold=QUIET_THRESHOLD,
+        source=QUIET_WHY,
+        gates=tuple(gates),
+    )

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from normlab._machine import QUIET_THRESHOLD, QUIET_WHY, tasks_waiting_for_a_core
+from normlab._machine import tasks_waiting_for_a_core
 from normlab.claims.arms import Trained, run_arms
-from normlab.claims.common import loglog_slope, seed_everything
+from normlab.claims.common import loglog_slope, machine_quiet, seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -26,7 +26,6 @@ from normlab.claims.core import (
     Effect,
     FreeSetting,
     Margin,
-    Precondition,
     Premise,
     cell,
     difference,
@@ -220,15 +219,8 @@ CLAIM = register_claim(
         # slopes are ratios across n taken back to back, so a task on the other core moves
         # them little, but a timing that waited for a core is not judged.
         preconditions=(
-            Precondition(
-                "machine_quiet",
-                "the most runnable tasks beyond the core count (/proc/loadavg, the timing "
-                "process included) sampled before and after each timed n",
-                lambda m: cell(m, "machine", "tasks_waiting"),
-                op="<=",
-                threshold=QUIET_THRESHOLD,
-                source=QUIET_WHY,
-                gates=("logdet_exponent_gap", "inverse_exponent_gap"),
+            machine_quiet(
+                "before and after each timed n", ("logdet_exponent_gap", "inverse_exponent_gap")
             ),
         ),
         free_settings=(

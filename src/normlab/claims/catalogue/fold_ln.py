@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from normlab import kernels as K
-from normlab._machine import QUIET_THRESHOLD, QUIET_WHY
-from normlab.claims.common import seed_everything
+from normlab._machine import QUIET_THRESHOLD
+from normlab.claims.common import machine_quiet, seed_everything
 from normlab.claims.core import (
     Check,
     CheckOutcome,
@@ -205,16 +205,7 @@ CLAIM = register_claim(
             Check("fold_exact", "folding changes no logit by > 1e-5 (fp32)", _check_exact),
         ),
         preconditions=(
-            Precondition(
-                "machine_quiet",
-                "the most runnable tasks beyond the core count (/proc/loadavg, the timing "
-                "process included) sampled before and after the seed's timed models",
-                lambda m: cell(m, "machine", "tasks_waiting"),
-                op="<=",
-                threshold=QUIET_THRESHOLD,
-                source=QUIET_WHY,
-                gates=_TIMED,
-            ),
+            machine_quiet("before and after the seed's timed models", _TIMED),
             Precondition(
                 "timed_fold_exact",
                 "max |logit change| of the timed model after folding (fp32)",
