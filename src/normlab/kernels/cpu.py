@@ -617,10 +617,15 @@ def _head_rows(*ts: torch.Tensor) -> list[torch.Tensor]:
     return [v.contiguous() for v in views]
 
 
+def _output_strides(shape: torch.Size) -> tuple[int, int, int, int]:
+    """Strides of a ``(B, H, T, D)`` tensor laid out ``(B, T, H, D)`` (the kernel's outputs)."""
+    _, h, t, d = shape
+    return t * h * d, d, h * d, 1
+
+
 def _like_output(q: torch.Tensor) -> torch.Tensor:
-    """An empty ``(B, H, T, D)`` tensor laid out ``(B, T, H, D)`` (the kernel's outputs)."""
-    b, h, t, d = q.shape
-    return torch.empty(b, t, h, d).transpose(1, 2)
+    """An empty tensor of ``q``'s ``(B, H, T, D)`` shape with :func:`_output_strides`."""
+    return torch.empty_strided(q.shape, _output_strides(q.shape))
 
 
 def attention_fwd(
@@ -654,7 +659,7 @@ def attention_bwd(
     """``(dq, dk, dv)`` of :func:`attention_fwd` from its saved output and log-sum-exp."""
     qh, kh, vh = _head_rows(q, k, v)
     oh = _heads(o)
-    if oh.stride() != _like_output(qh).stride():
+    if oh.stride() != _output_strides(qh.shape):
         oh = oh.transpose(1, 2).contiguous().transpose(1, 2)
     (gh,) = _head_rows(do)
     b, h, t, d = qh.shape
