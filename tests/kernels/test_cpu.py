@@ -139,6 +139,18 @@ def test_dyt_tanh_is_within_1e6_of_torch() -> None:
     assert (y - torch.tanh(z)).abs().max().item() <= 1e-6
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float16), ids=str)
+def test_dyt_value_does_not_depend_on_the_column(dtype: torch.dtype) -> None:
+    """The kernel runs 64 columns at a time and a row's last columns apart: a value (clamped,
+    NaN and tiny ones included) comes out the same wherever it sits in the row."""
+    row = torch.cat([torch.randn(900) * 10, torch.tensor([float("nan"), 1e-30, -20.0])])
+    row = row[torch.randperm(row.numel(), generator=torch.Generator().manual_seed(0))]
+    x = torch.stack([row.roll(k) for k in (0, 37, 500, 901)]).to(dtype)
+    y = K.dyt(x, torch.tensor([0.7]), torch.full((903,), 1.3), torch.full((903,), 0.1))
+    for i, k in enumerate((0, 37, 500, 901)):
+        assert torch.equal(y[i].float().nan_to_num(7.0), y[0].roll(k).float().nan_to_num(7.0))
+
+
 def test_softmax1_masked_row_is_zero_and_bf16_weight_mix() -> None:
     x = torch.full((2, 7), -torch.inf)
     x[1] = torch.randn(7)

@@ -3,6 +3,9 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 // exp(x) for x <= 88: Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, degree-7 Taylor
 // polynomial (truncation error < 6e-9 relative), scaled by 2^n through the exponent bits.
@@ -27,3 +30,26 @@ static inline float fast_exp(float x) {
   std::memcpy(&scale, &bits, 4);
   return x < -87.33f ? 0.0f : p * scale;
 }
+
+#if defined(__AVX512F__)
+// fast_exp on 16 lanes: the same operations in the same order, so the same values (gcc's
+// vectorised loops over the scalar form turn its conditionals into masked arithmetic).
+static inline __m512 fast_exp(__m512 x) {
+  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(88.37f), _mm512_max_ps(_mm512_set1_ps(-87.33f), x));
+  const __m512 big = _mm512_set1_ps(12582912.0f);
+  const __m512 n = _mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), big) - big;
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), xc);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 5040.0f), r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512i bits = _mm512_slli_epi32(
+      _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+  const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33f), _CMP_LT_OQ);
+  return _mm512_maskz_mul_ps(static_cast<__mmask16>(~under), p, _mm512_castsi512_ps(bits));
+}
+#endif
