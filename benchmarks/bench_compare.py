@@ -63,6 +63,7 @@ def main() -> None:
     if args.summarize:
         print(json.dumps(summarize(Path(args.summarize) / "results.json", args.jobs)))
         return
+    from normlab._machine import load_average
     from normlab.compare import compare
 
     work = Path(tempfile.mkdtemp(prefix="bench-compare-"))
@@ -72,7 +73,7 @@ def main() -> None:
         for mode in args.modes:
             jobs = 1 if mode == "jobs1" else 2
             out = work / mode
-            load = os.getloadavg()[0]
+            load = load_average()
             start = time.perf_counter()
             result = compare(
                 "tinygpt",
@@ -97,7 +98,7 @@ def main() -> None:
                 "train": round(train, 1),
                 "overhead": round(wall * jobs / train, 3),
                 "speedup": round(walls["jobs1"] / wall, 2) if "jobs1" in walls else None,
-                "load": [round(load, 2), round(os.getloadavg()[0], 2)],
+                "load": [round(load, 2), round(load_average(), 2)],
                 "cores": os.cpu_count(),
             }
             print(json.dumps(line), flush=True)

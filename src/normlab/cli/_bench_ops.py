@@ -325,7 +325,12 @@ def median_times(
     """Seconds per call of each function in each of ``repeats`` interleaved rounds.
 
     Each function is called twice first (warm-up, compilation), then every round times
-    each function for about ``min_time`` seconds, in a rotating order.
+    each function for about ``min_time`` seconds, in a rotating order. A round's sample is,
+    on the CPU, the median of its calls, each timed alone: on this shared VM one call in a
+    round could take 20x the others (a page fault, a descheduled thread; 2.4 against 56 ms
+    for add + RMSNorm's forward in one run), which moved a round's mean and, with three
+    rounds, the ratio (0.87x torch.compile in that run, 1.17-1.24x in two runs of 15 rounds).
+    On CUDA it is the round's mean: kernels queue, and one synchronisation ends the round.
     """
     now = clock(device)
     counts = {}
@@ -341,6 +346,14 @@ def median_times(
     for rep in range(repeats):
         for name in names[rep % len(names) :] + names[: rep % len(names)]:
             fn, n = fns[name], counts[name]
+            if device != "cuda":
+                calls = []
+                for _ in range(n):
+                    start = now()
+                    fn()
+                    calls.append(now() - start)
+                samples[name].append(statistics.median(calls))
+                continue
             _sync(device)
             start = now()
             for _ in range(n):

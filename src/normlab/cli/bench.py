@@ -124,7 +124,7 @@ def run_benchmarks(
     """Measure, print the tables and the targets, write ``out`` (JSON) and ``plot``; 0.
 
     Args:
-        quick: 3 repeats of ~0.05 s per variant and no ``torch.compile`` peer (unless
+        quick: 5 repeats of ~0.05 s per variant and no ``torch.compile`` peer (unless
             ``compile=True``); otherwise 7 repeats of ~0.2 s with the compiled peer.
         out: write the records as JSON to this file.
         shapes, dtypes, ops, modes: what to measure (modes: "fwd", "fwd+bwd").
@@ -152,7 +152,7 @@ def run_benchmarks(
     plot = None if plot is None else _check_file(_plot_path(str(plot)), "plot")
     _check_memory(shapes, list(dtypes))
     compile = (not quick) if compile is None else compile
-    reps = repeats or (3 if quick else 7)
+    reps = repeats or (5 if quick else 7)
     min_time = 0.05 if quick else 0.2
     load = {"start": os.getloadavg()}
     threads = torch.get_num_threads()
