@@ -1,10 +1,11 @@
 """Softmax1's vectorised exp and the forward built on it, against float64.
 
-``fast_exp`` (csrc/norms.cpp: Cody-Waite reduction, degree-7 polynomial, 2^n through the
-exponent bits) is within 1 ulp of exp over the whole range the kernel evaluates it on: the
-unshifted pass sees logits up to 64, the shifted pass ``x - max <= 0``, and below -87.33
-(where float32 turns subnormal) it returns 0. Measured over every 97th float32 in [-87.33,
-88.37] (23M values): at most 0.92 ulp, mean 0.06. The test samples every 997th.
+``fast_exp`` (csrc/fast_exp.h: Cody-Waite reduction, degree-7 polynomial, 2^n through the
+exponent bits; ``nl_exp`` runs its 16-lane form, as softmax1's forward does) is within 1 ulp
+of exp over the whole range the kernel evaluates it on: the unshifted pass sees logits up to
+64, the shifted pass ``x - max <= 0``, and below -87.33 (where float32 turns subnormal) it
+returns 0. Measured over every 97th float32 in [-87.33, 88.37] (23M values): at most 0.92
+ulp, mean 0.06. The test samples every 997th.
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ static inline float fast_exp(float x) {
 // fast_exp on 16 lanes: the same operations in the same order, so the same values (gcc's
 // vectorised loops over the scalar form turn its conditionals into masked arithmetic).
 static inline __m512 fast_exp(__m512 x) {
-  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(88.37f), _mm512_max_ps(_mm512_set1_ps(-87.33f), x));
+  const __m512 lo = _mm512_set1_ps(-87.33f);
+  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(88.37f), _mm512_max_ps(lo, x));
   const __m512 big = _mm512_set1_ps(12582912.0f);
   const __m512 n = _mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), big) - big;
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), xc);
@@ -49,7 +50,7 @@ static inline __m512 fast_exp(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   const __m512i bits = _mm512_slli_epi32(
       _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
-  const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33f), _CMP_LT_OQ);
+  const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
   return _mm512_maskz_mul_ps(static_cast<__mmask16>(~under), p, _mm512_castsi512_ps(bits));
 }
 #endif

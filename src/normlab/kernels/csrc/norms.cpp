@@ -734,73 +734,73 @@ void ln_fwd(const T* x, const T* res, const float* w, const float* bias, float o
   for (long i = 0; i < R; ++i) {
     const long o = i * D;
     with_input(x, res, sum, o, D, nts, [&](auto in, const T* src) {
-    float mu = row_sum<T>(D, in) / static_cast<float>(D);
-    // Rows of 4096 to 8191: the next row's input into L2 while the two passes below read this
-    // one from cache (memory would idle meanwhile): 2048 x 4096 LayerNorm forward 2.54-2.78 ->
-    // 2.14-2.48 ms bf16, 3.44-4.41 -> 3.25-4.20 fp32, 1600 x 5120 3.12 -> 2.90 / 3.51 -> 3.35
-    // (one thread, thread CPU time, load 1.0-2.5, interleaved, medians of 21-31). Wider rows
-    // slowed (a whole row's prefetches at once stall the core): 1024 x 8192 bf16 2.30 -> 2.40,
-    // 512 x 16384 2.30 -> 2.40, 128 x 65536 2.37 -> 2.77 (fp32 3.35 -> 3.64, 3.51 -> 4.04).
-    // RMSNorm's forward slowed too (one pass after the sum: 2048 x 4096 bf16 1.95 -> 2.10, fp32
-    // 2.80 -> 3.09), as did rows of 1024 (LayerNorm fp32 2.98 -> 3.31).
-    if (D >= kWideRow && D < 2 * kWideRow && i + 1 < R) {
-      prefetch_l2(x + o + D, D);
-      if (res != nullptr) prefetch_l2(res + o + D, D);
-    }
-    float ss = 0.0f;
-    long j0 = 0;
+      float mu = row_sum<T>(D, in) / static_cast<float>(D);
+      // Rows of 4096 to 8191: the next row's input into L2 while the two passes below read this
+      // one from cache (memory would idle meanwhile): 2048 x 4096 LayerNorm forward 2.54-2.78 ->
+      // 2.14-2.48 ms bf16, 3.44-4.41 -> 3.25-4.20 fp32, 1600 x 5120 3.12 -> 2.90 / 3.51 -> 3.35
+      // (one thread, thread CPU time, load 1.0-2.5, interleaved, medians of 21-31). Wider rows
+      // slowed (a whole row's prefetches at once stall the core): 1024 x 8192 bf16 2.30 -> 2.40,
+      // 512 x 16384 2.30 -> 2.40, 128 x 65536 2.37 -> 2.77 (fp32 3.35 -> 3.64, 3.51 -> 4.04).
+      // RMSNorm's forward slowed too (one pass after the sum: 2048 x 4096 bf16 1.95 -> 2.10, fp32
+      // 2.80 -> 3.09), as did rows of 1024 (LayerNorm fp32 2.98 -> 3.31).
+      if (D >= kWideRow && D < 2 * kWideRow && i + 1 < R) {
+        prefetch_l2(x + o + D, D);
+        if (res != nullptr) prefetch_l2(res + o + D, D);
+      }
+      float ss = 0.0f;
+      long j0 = 0;
 #if defined(__AVX512F__)
-    // Rows of >= 4096 floats: four independent accumulators for the centred sum of squares
-    // (the row now comes from L2, and one accumulator chains every add): 2048 x 4096 fp32
-    // LayerNorm forward 2.56-2.65 -> 2.05-2.23 ms; at rows of 1024 it measured 4-11% slower
-    // (1.71 -> 1.78, 1.88 -> 2.09 ms), so they keep the single sum (one thread, thread CPU
-    // time, load ~1, interleaved both orders, medians of 31). Order fixed by D: deterministic.
-    if (std::is_same_v<T, float> && D >= kWideRow) {
-      const __m512 m = _mm512_set1_ps(mu);
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (; j0 + 64 <= D; j0 += 64) {
-        const __m512 d0 = _mm512_sub_ps(in(vector(), j0), m);
-        const __m512 d1 = _mm512_sub_ps(in(vector(), j0 + 16), m);
-        const __m512 d2 = _mm512_sub_ps(in(vector(), j0 + 32), m);
-        const __m512 d3 = _mm512_sub_ps(in(vector(), j0 + 48), m);
-        a0 = _mm512_fmadd_ps(d0, d0, a0);
-        a1 = _mm512_fmadd_ps(d1, d1, a1);
-        a2 = _mm512_fmadd_ps(d2, d2, a2);
-        a3 = _mm512_fmadd_ps(d3, d3, a3);
-      }
-      ss = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-    }
-#endif
-    ss += row_sum<T>(D - j0, [=](auto v, long j) {
-      const auto d = in(v, j0 + j) - mu;
-      return d * d;
-    });
-    float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
-    float sc = 1.0f, rs = r, m = mu;  // y = (x sc - mu) rs: mu is the scaled row's mean
-    if (out_of_range(ss) || !(std::fabs(mu) <= FLT_MAX)) {
-      sc = row_scale(src, D);
-      if (sc != 1.0f) {
-        float m2 = 0.0f;
-#pragma omp simd reduction(+ : m2)
-        for (long j = 0; j < D; ++j) m2 += ld(src, j) * sc;
-        mu = m2 / static_cast<float>(D);
-        float s2 = 0.0f;
-#pragma omp simd reduction(+ : s2)
-        for (long j = 0; j < D; ++j) {
-          float d = ld(src, j) * sc - mu;
-          s2 += d * d;
+      // Rows of >= 4096 floats: four independent accumulators for the centred sum of squares
+      // (the row now comes from L2, and one accumulator chains every add): 2048 x 4096 fp32
+      // LayerNorm forward 2.56-2.65 -> 2.05-2.23 ms; at rows of 1024 it measured 4-11% slower
+      // (1.71 -> 1.78, 1.88 -> 2.09 ms), so they keep the single sum (one thread, thread CPU
+      // time, load ~1, interleaved both orders, medians of 31). Order fixed by D: deterministic.
+      if (std::is_same_v<T, float> && D >= kWideRow) {
+        const __m512 m = _mm512_set1_ps(mu);
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (; j0 + 64 <= D; j0 += 64) {
+          const __m512 d0 = _mm512_sub_ps(in(vector(), j0), m);
+          const __m512 d1 = _mm512_sub_ps(in(vector(), j0 + 16), m);
+          const __m512 d2 = _mm512_sub_ps(in(vector(), j0 + 32), m);
+          const __m512 d3 = _mm512_sub_ps(in(vector(), j0 + 48), m);
+          a0 = _mm512_fmadd_ps(d0, d0, a0);
+          a1 = _mm512_fmadd_ps(d1, d1, a1);
+          a2 = _mm512_fmadd_ps(d2, d2, a2);
+          a3 = _mm512_fmadd_ps(d3, d3, a3);
         }
-        const double rd = scaled_rstd(s2, sc, D, eps);
-        r = static_cast<float>(rd);
-        rs = static_cast<float>(rd / sc);
-        m = static_cast<float>(static_cast<double>(mu) / sc);
+        ss = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
       }
-    }
-    mean[i] = m;
-    rstd[i] = r;
-    emit(y + o, D,
-         [&](long j) { return (in(scalar(), j) * sc - mu) * rs * (w[j] + off) + bias[j]; }, nts,
-         false);
+#endif
+      ss += row_sum<T>(D - j0, [=](auto v, long j) {
+        const auto d = in(v, j0 + j) - mu;
+        return d * d;
+      });
+      float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+      float sc = 1.0f, rs = r, m = mu;  // y = (x sc - mu) rs: mu is the scaled row's mean
+      if (out_of_range(ss) || !(std::fabs(mu) <= FLT_MAX)) {
+        sc = row_scale(src, D);
+        if (sc != 1.0f) {
+          float m2 = 0.0f;
+  #pragma omp simd reduction(+ : m2)
+          for (long j = 0; j < D; ++j) m2 += ld(src, j) * sc;
+          mu = m2 / static_cast<float>(D);
+          float s2 = 0.0f;
+  #pragma omp simd reduction(+ : s2)
+          for (long j = 0; j < D; ++j) {
+            float d = ld(src, j) * sc - mu;
+            s2 += d * d;
+          }
+          const double rd = scaled_rstd(s2, sc, D, eps);
+          r = static_cast<float>(rd);
+          rs = static_cast<float>(rd / sc);
+          m = static_cast<float>(static_cast<double>(mu) / sc);
+        }
+      }
+      mean[i] = m;
+      rstd[i] = r;
+      emit(y + o, D,
+           [&](long j) { return (in(scalar(), j) * sc - mu) * rs * (w[j] + off) + bias[j]; }, nts,
+           false);
     });
   }
     fence_streams(nts);  // once a thread, not once a row
@@ -1176,10 +1176,16 @@ void nl_softmax1_bwd(int dt, const void* dy, const void* y, void* dx, long R, lo
   NL_DISPATCH(dt, softmax1_bwd<T>(NL_T(dy), NL_T(y), static_cast<T*>(dx), R, D, nt));
 }
 
-// softmax1's exp on n values (the vectorised loop the kernel runs), for the tests.
+// softmax1's exp on n values (its vector form where the kernel runs it), for the tests.
 void nl_exp(const float* x, float* y, long n) {
-#pragma omp simd
-  for (long i = 0; i < n; ++i) y[i] = fast_exp(x[i]);
+  long i = 0;
+#if defined(__AVX512F__)
+  for (; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, k, fast_exp(_mm512_maskz_loadu_ps(k, x + i)));
+  }
+#endif
+  for (; i < n; ++i) y[i] = fast_exp(x[i]);
 }
 
 long nl_blocks() { return NB; }
