@@ -460,9 +460,13 @@ def bench_op(
     }
 
 
-def _fresh_fns(fast: Fn, *args: torch.Tensor) -> dict[str, Callable[[], Any]]:
+def _fresh_fns(op: str, *args: torch.Tensor) -> dict[str, Callable[[], Any]]:
     x, w, b, r = args
-    return {"normlab": lambda: fast(x, w, b, r), "clone": x.clone, "copy": rotating_copy(x)}
+    fast, own = _fast(op), _torch_op(op)
+    fns = {"normlab": lambda: fast(x, w, b, r), "clone": x.clone, "copy": rotating_copy(x)}
+    if own is not None:
+        fns["torch"] = lambda: own(x, w, b, r)
+    return fns
 
 
 def fresh_output_regime(
@@ -473,23 +477,29 @@ def fresh_output_regime(
     repeats: int,
     min_time: float,
 ) -> list[dict[str, Any]]:
-    """Forward time of each op and of ``x.clone()``, both returning fresh outputs, against
-    :func:`rotating_copy` (preallocated, from memory), with whatever allocator runs now."""
+    """Forward time of each op, of torch's own op where one exists and of ``x.clone()``, all
+    returning fresh outputs, against :func:`rotating_copy` (preallocated, from memory), with
+    whatever allocator runs now. ``speedup`` is torch's time over normlab's; a record whose
+    1-minute load exceeded the thread count is ``loaded``, as in :func:`bench_op`."""
     records = []
     for op in ops:
-        fast = _fast(op)
         for shape in shapes:
             for dtype in dtypes:
                 x, w, b, r, _ = _inputs(shape, dtype, "cpu", op)
-                fns = _fresh_fns(fast, x, w, b, r)
+                fns = _fresh_fns(op, x, w, b, r)
+                before = load_average()
                 with torch.no_grad():
                     samples = median_times(fns, "cpu", repeats, min_time)
+                after = load_average()
                 t = {k: statistics.median(v) for k, v in samples.items()}
                 units = traffic(op, shape, dtype, False) / (2 * x.numel() * x.element_size())
                 records.append({
                     "op": op, "shape": list(shape), "dtype": str(dtype).removeprefix("torch."),
                     "seconds": t, "normlab_x_copy": units * t["copy"] / t["normlab"],
                     "clone_x_copy": t["copy"] / t["clone"],
+                    "speedup": {"torch": t["torch"] / t["normlab"]} if "torch" in t else {},
+                    "load": [before, after],
+                    "loaded": max(before, after) > torch.get_num_threads(),
                 })  # fmt: skip
     return records
 

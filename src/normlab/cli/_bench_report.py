@@ -3,7 +3,8 @@
 A target is a ratio measured in the run against a threshold, on every shape it names:
 
 - normlab's LayerNorm and RMSNorm no slower than torch's own op (``F.layer_norm``,
-  ``F.rms_norm``), forward and forward+backward, every shape and dtype;
+  ``F.rms_norm``), forward and forward+backward, every shape and dtype, and the forward
+  also with fresh outputs from the default allocator (``--regimes``);
 - forward at >= 0.9x copy bandwidth (RMSNorm, LayerNorm, DyT, Softmax1) and forward+backward
   at >= 0.8x the memory limit (RMSNorm, LayerNorm and the fused add forms) on the two 8M
   element shapes (8192 x 1024 and 2048 x 4096), float32 and bfloat16;
@@ -79,13 +80,21 @@ def check_targets(
     device: str = "cpu",
     *,
     allow_load: bool = False,
+    fresh: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """Each target of the ops, dtypes and modes measured, with its value on every shape it
-    names and whether all of them meet it.
+    names and whether all of them meet it; with ``fresh`` (the default allocator's records,
+    :func:`~normlab.cli._bench_ops.fresh_output_regime`) also RMSNorm's and LayerNorm's
+    forward against torch's own op in that regime.
 
     Records measured under load count only with ``allow_load`` (the row is then marked).
     """
     rows = []
+    for op in ("rmsnorm", "layernorm"):
+        for dtype in sorted({r["dtype"] for r in fresh if r["op"] == op}):
+            found = [r for r in fresh if (r["op"], r["dtype"]) == (op, dtype)]
+            rows.append(_row(f"{_NAMES[op]} fwd {dtype} >= torch's own op, fresh outputs",
+                             1.0, found, "speedup", "torch", allow_load))  # fmt: skip
     measured = {(r["op"], r["dtype"], r["mode"]) for r in records}
     for text, op, dtype, mode, key, against, threshold, shapes in targets_for(device):
         if (op, dtype, mode) not in measured:  # not asked for in this run
@@ -97,13 +106,7 @@ def check_targets(
             and against in r[key]
             and (shapes is None or tuple(r["shape"]) in shapes)
         ]
-        usable = [r for r in found if allow_load or not r.get("loaded")]
-        values = {_label(r["shape"]): r[key][against] for r in usable}
-        rows.append({
-            "target": text, "threshold": threshold, "values": values,
-            "met": bool(usable) and all(v >= threshold for v in values.values()),
-            "measured": bool(usable), "loaded": any(r.get("loaded") for r in found),
-        })  # fmt: skip
+        rows.append(_row(text, threshold, found, key, against, allow_load))
     if model is not None:
         usable = allow_load or not model.get("loaded")
         for arm, threshold, text in (
@@ -119,6 +122,24 @@ def check_targets(
                 "loaded": bool(model.get("loaded")),
             })  # fmt: skip
     return rows
+
+
+def _row(
+    text: str,
+    threshold: float,
+    found: Sequence[dict[str, Any]],
+    key: str,
+    against: str,
+    allow_load: bool,
+) -> dict[str, Any]:
+    """One target's row: ``r[key][against]`` of each record found, per shape."""
+    usable = [r for r in found if allow_load or not r.get("loaded")]
+    values = {_label(r["shape"]): r[key][against] for r in usable}
+    return {
+        "target": text, "threshold": threshold, "values": values,
+        "met": bool(usable) and all(v >= threshold for v in values.values()),
+        "measured": bool(usable), "loaded": any(r.get("loaded") for r in found),
+    }  # fmt: skip
 
 
 def _fmt(values: dict[str, float]) -> str:
@@ -184,11 +205,14 @@ def print_results(
             "dtype",
             "normlab x copy",
             "clone x copy",
+            "x torch",
             title="fresh outputs, default allocator (copy: preallocated, from memory)",
         )
         for r in regimes:
-            t.add_row(r["op"], _label(r["shape"]), r["dtype"],
-                      f"{r['normlab_x_copy']:.2f}", f"{r['clone_x_copy']:.2f}")  # fmt: skip
+            own = r.get("speedup", {}).get("torch")
+            own_text = "-" if own is None else f"{own:.2f}"
+            t.add_row(r["op"], _label(r["shape"]), r["dtype"], f"{r['normlab_x_copy']:.2f}",
+                      f"{r['clone_x_copy']:.2f}", own_text)  # fmt: skip
         console.print(t)
         console.print(
             "Remedy for large outputs on CPU: MALLOC_MMAP_MAX_=0 "

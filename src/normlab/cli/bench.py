@@ -188,7 +188,8 @@ def run_benchmarks(
         sized = _GPU_MODEL if device == "cuda" else {}
         model_record = bench_model(compile=compile, repeats=reps, device=device, **sized)
     load["end"] = os.getloadavg()
-    targets = R.check_targets(records, model_record, device, allow_load=allow_load)
+    targets = R.check_targets(records, model_record, device, allow_load=allow_load,
+                              fresh=fresh)  # fmt: skip
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     title = (
         f"normlab bench ({name}, torch {torch.__version__}, {threads} threads, "

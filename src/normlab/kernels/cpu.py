@@ -30,9 +30,11 @@ Memory: the kernels' scratch buffers (the weight-gradient partials, softmax1's r
 buffers) are kept per thread and reused across calls. Outputs are fresh tensors; glibc
 serves blocks above its mmap ceiling (32 MB at most) with fresh pages, and the page faults
 then cost more than the arithmetic (~0.17x copy bandwidth for a 32 MB output measured
-here). The remedy for a CPU process is an allocator setting, ``MALLOC_MMAP_MAX_=0
-MALLOC_TRIM_THRESHOLD_=<large>`` (or ``LD_PRELOAD`` of jemalloc / tcmalloc); ``normlab
-bench`` shows both regimes.
+here). Large fresh outputs are therefore advised onto huge pages before the kernel writes
+them (:mod:`normlab.kernels._pages`: one fault per 2 MB; 0.35-0.52x copy, 2.6-8x torch's own
+op in that regime). The full remedy for a CPU process is an allocator setting,
+``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=<large>`` (or ``LD_PRELOAD`` of jemalloc /
+tcmalloc); ``normlab bench`` shows both regimes.
 
 Outputs of at least half the last-level cache are written with streaming stores (no read
 for ownership; csrc/norms.cpp ``streams``): RMSNorm forward, 8192 x 1024 fp32, one thread,
@@ -198,6 +200,8 @@ import warnings
 from pathlib import Path
 
 import torch
+
+from normlab.kernels._pages import fresh_output
 
 __all__ = [
     "ATTENTION_HEAD_DIMS",
@@ -442,8 +446,8 @@ def rms_fwd(
     rows, d = x.shape
     w1 = _ones(w, d)  # kept alive until the call returns
     off = off if w is not None else 0.0  # no weight: the gain is 1
-    y = torch.empty_like(x)
-    s = torch.empty_like(x) if res is not None else None
+    y = fresh_output(x)
+    s = fresh_output(x) if res is not None else None
     rstd = torch.empty(rows, dtype=torch.float32)
     _lib().nl_rms_fwd(
         _dt(x), _ptr(x), _ptr(res), _ptr(w1), off, _ptr(s), _ptr(y), _ptr(rstd), rows, d, eps,
@@ -469,7 +473,7 @@ def rms_bwd(
     rows, d = x.shape
     w1 = _ones(w, d)  # kept alive until the call returns
     off = off if w is not None else 0.0
-    dx = torch.empty_like(x)
+    dx = fresh_output(x)
     (part,) = _work(_lib().nl_blocks() * d)  # the partial buffer is always written
     dw = _grad_vec(d, need_dw)
     _lib().nl_rms_bwd(
@@ -492,8 +496,8 @@ def ln_fwd(
     w1 = _ones(w, d)  # kept alive until the call returns
     off = off if w is not None else 0.0
     b0 = _zeros(b, d)
-    y = torch.empty_like(x)
-    s = torch.empty_like(x) if res is not None else None
+    y = fresh_output(x)
+    s = fresh_output(x) if res is not None else None
     mean = torch.empty(rows, dtype=torch.float32)
     rstd = torch.empty(rows, dtype=torch.float32)
     _lib().nl_ln_fwd(
@@ -519,7 +523,7 @@ def ln_bwd(
     rows, d = x.shape
     w1 = _ones(w, d)  # kept alive until the call returns
     off = off if w is not None else 0.0
-    dx = torch.empty_like(x)
+    dx = fresh_output(x)
     nb = _lib().nl_blocks() * d
     pw, pb = _work(nb, nb)  # both partials are always written (one pass for dx, dw, db)
     dw, db = _grad_vec(d, need_dw), _grad_vec(d, need_db)
@@ -537,7 +541,7 @@ def dyt_fwd(
     rows, d = x.shape
     w1 = _ones(w, d)  # kept alive until the call returns
     b0 = _zeros(b, d)
-    y = torch.empty_like(x)
+    y = fresh_output(x)
     _lib().nl_dyt_fwd(
         _dt(x),
         _ptr(x),
@@ -563,7 +567,7 @@ def dyt_bwd(
     """``(dx, dalpha (1 element), dw or empty, db or empty)`` of DyT (tanh recomputed)."""
     rows, d = x.shape
     w1 = _ones(w, d)  # kept alive until the call returns
-    dx = torch.empty_like(x)
+    dx = fresh_output(x)
     nb = _lib().nl_blocks()
     pw, pb, pa = _work(nb * d, nb * d, nb)  # the partial buffers are always written
     dw, db = _grad_vec(d, need_dw), _grad_vec(d, need_db)
@@ -578,7 +582,7 @@ def dyt_bwd(
 def softmax1_fwd(x: torch.Tensor) -> torch.Tensor:
     """Off-by-one softmax over the rows of ``x``."""
     rows, d = x.shape
-    y = torch.empty_like(x)
+    y = fresh_output(x)
     nt = _threads()
     (work,) = _work(nt * d)  # one row buffer per thread
     _lib().nl_softmax1_fwd(_dt(x), _ptr(x), _ptr(y), _ptr(work), rows, d, nt)
@@ -588,7 +592,7 @@ def softmax1_fwd(x: torch.Tensor) -> torch.Tensor:
 def softmax1_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``y * (dy - sum(dy * y))`` over the rows."""
     rows, d = y.shape
-    dx = torch.empty_like(y)
+    dx = fresh_output(y)
     _lib().nl_softmax1_bwd(_dt(y), _ptr(dy), _ptr(y), _ptr(dx), rows, d, _threads())
     return dx
 
