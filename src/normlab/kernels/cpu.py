@@ -49,7 +49,9 @@ them was slower (fp32 forward 2.0-2.2 -> 2.4-2.9 ms, bf16 forward 0.94 -> 1.8). 
 4096 (load 1.1, medians of 21) Softmax1's backward went 3.09 -> 2.65 ms (fp32), its bf16
 forward 2.08 -> 2.27 (compute-bound, exp); DyT's forward, which fences once a row rather
 than once a 256-column chunk (a fence a chunk made it 1.5-3.4x slower), 2.04 -> 1.65 ms
-fp32 (``copy_`` 1.73) and 1.58 -> 1.55 bf16. ``normlab bench --threads 1`` afterwards (load
+fp32 (``copy_`` 1.73) and 1.58 -> 1.55 bf16 (since 2026-12-05 DyT's and Softmax1's forward
+stream as the norms do and fence once a thread: 8192 x 1024 fp32 1.2-1.3x faster, two
+threads). ``normlab bench --threads 1`` afterwards (load
 1.0; (8192, 1024) / (2048, 4096)): RMSNorm fp32 forward 0.70 / 0.71 copy, forward+backward
 0.81 / 0.65 memory limit; LayerNorm fp32 forward 0.73 / 0.68 (1.14 / 1.64x ``F.layer_norm``),
 forward+backward 0.67 / 0.50 (1.30 / 1.33x); DyT fp32 forward 0.90 / 0.87; one bench run
