@@ -399,9 +399,6 @@ void reduce_blocks(const float* part, float* out, const float* part2, float* out
   }
 }
 
-// The gain of every affine norm is w[j] + off in float32 (off = 1 for Gemma's (1 + w) and
-// zero-centred weights): adding in float32 keeps 1 + 0.0039 from rounding to 1 as in bf16.
-
 // Row sums for 16-bit rows, whose kernels are compute-bound: one accumulator chains every add
 // (4 cycles a 16 values), so they sum in four AVX-512 accumulators, loading 16 values at a
 // time (F16C's vcvtph2ps for float16). g(v, j) gives the term at column j, one float (v =
@@ -434,6 +431,9 @@ inline __m512 get(__mmask16 m, const half* p) {
 }
 #endif
 
+// The gain of every affine norm is w[j] + off in float32 (off = 1 for Gemma's (1 + w) and
+// zero-centred weights): adding in float32 keeps 1 + 0.0039 from rounding to 1 as in bf16.
+//
 // The row a norm's forward normalizes: x's row o, or with a residual (res != nullptr) the
 // sum x + res rounded to T, written out to sum, exactly as norm(x + res) computes it. body(in,
 // src) runs the passes over it: in(v, j) is its value at column j (v = scalar or vector, as
@@ -781,11 +781,11 @@ void ln_fwd(const T* x, const T* res, const float* w, const float* bias, float o
         sc = row_scale(src, D);
         if (sc != 1.0f) {
           float m2 = 0.0f;
-  #pragma omp simd reduction(+ : m2)
+#pragma omp simd reduction(+ : m2)
           for (long j = 0; j < D; ++j) m2 += ld(src, j) * sc;
           mu = m2 / static_cast<float>(D);
           float s2 = 0.0f;
-  #pragma omp simd reduction(+ : s2)
+#pragma omp simd reduction(+ : s2)
           for (long j = 0; j < D; ++j) {
             float d = ld(src, j) * sc - mu;
             s2 += d * d;
