@@ -224,3 +224,46 @@ def test_fresh_outputs_are_judged_against_torchs_own_op_too():
     made[0]["loaded"] = made[1]["loaded"] = True
     row = {r["target"]: r for r in check_targets([], None, fresh=made)}[name]
     assert not row["measured"] and row["loaded"]
+
+
+def test_small_inputs_time_both_passes_against_torchs_own_op_and_are_judged():
+    """Small inputs in cache: normlab's forward and forward+backward beside F.rms_norm /
+    F.layer_norm on the same tensors every call; ops torch has no op for are left out, and the
+    target "never slower than torch's own op" covers each pass (withheld under load)."""
+    import torch
+
+    small = _bench_ops.small_input_regime(
+        ["layernorm", "dyt"], [torch.float32], repeats=1, min_time=0.001, shapes=[(8, 64)]
+    )
+    modes = [(r["op"], r["mode"]) for r in small]
+    assert modes == [("layernorm", "fwd"), ("layernorm", "fwd+bwd")]
+    for r in small:
+        assert set(r["seconds"]) == {"normlab", "torch"} and min(r["seconds"].values()) > 0
+        assert r["speedup"]["torch"] == r["seconds"]["torch"] / r["seconds"]["normlab"]
+    made = [
+        {"op": "layernorm", "dtype": "float32", "mode": "fwd+bwd", "shape": [64, 256],
+         "loaded": False, "speedup": {"torch": 0.5}},
+        {"op": "layernorm", "dtype": "float32", "mode": "fwd+bwd", "shape": [1024, 1024],
+         "loaded": False, "speedup": {"torch": 1.2}},
+    ]  # fmt: skip
+    name = "LayerNorm fwd+bwd float32 >= torch's own op, small inputs in cache"
+    row = {r["target"]: r for r in check_targets([], None, small=made)}[name]
+    assert row["values"] == {"64x256": 0.5, "1024x1024": 1.2} and not row["met"]
+    made[0]["speedup"]["torch"] = 1.0
+    assert {r["target"]: r for r in check_targets([], None, small=made)}[name]["met"]
+    made[0]["loaded"] = made[1]["loaded"] = True
+    row = {r["target"]: r for r in check_targets([], None, small=made)}[name]
+    assert not row["measured"] and row["loaded"]
+
+
+def test_the_small_input_table_is_printed_and_withheld_under_load(capsys):
+    from normlab.cli._bench_report import print_results
+
+    made = {"op": "rmsnorm", "dtype": "bfloat16", "mode": "fwd", "shape": [64, 256],
+            "seconds": {"normlab": 2.2e-5, "torch": 1.1e-5}, "speedup": {"torch": 0.5},
+            "loaded": False}  # fmt: skip
+    print_results([], [], [], None, "t", small=[made])
+    text = capsys.readouterr().out
+    assert "small inputs in cache" in text and "0.50" in text and "22" in text
+    print_results([], [], [], None, "t", small=[made | {"loaded": True}])
+    assert "0.50" not in capsys.readouterr().out

@@ -78,6 +78,7 @@ __all__ = [
     "MAX_SETS",
     "OPS",
     "SHAPES",
+    "SMALL",
     "SWEEP",
     "bench_op",
     "cache_bytes",
@@ -88,6 +89,7 @@ __all__ = [
     "median_times",
     "rotating_copy",
     "rotation",
+    "small_input_regime",
     "traffic",
 ]
 
@@ -100,6 +102,9 @@ OPS = (
     "add_layernorm",
     "rmsnorm_offset",
 )
+#: Small inputs timed in cache (:func:`small_input_regime`): 16K to 1M elements, a small
+#: model's activations (the bench's TinyGPT, 8 sequences x 128 tokens x d 256: 1024 x 256).
+SMALL = ((64, 256), (1024, 256), (4096, 256), (1024, 1024))
 #: The targets' two shapes (8M elements each).
 SHAPES = ((8192, 1024), (2048, 4096))
 #: Widths 64 to 65536 with non-powers of two (8M elements each where the row count allows)
@@ -375,6 +380,44 @@ def _inputs(
     return [x, w, b, r, g]
 
 
+LeafSet = tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]
+
+
+def _leaf_sets(op: str, inputs: list[torch.Tensor], sets: int, backward: bool) -> list[LeafSet]:
+    """``sets`` sets of (the op's arguments, the tensors to differentiate, the incoming
+    gradient): distinct x, residual and gradient per set (the first set the inputs
+    themselves), shared parameters."""
+    x, w, b, r, g = inputs
+    fused = op.startswith("add_")
+    w, b = (t.detach().requires_grad_(backward) for t in (w, b))
+    out = []
+    for k in range(sets):
+        fresh: Callable[[torch.Tensor], torch.Tensor] = torch.clone if k else lambda t: t
+        xk = fresh(x).detach().requires_grad_(backward)
+        rk = (fresh(r) if fused else r).detach().requires_grad_(backward)
+        gk = fresh(g) if backward else g
+        leaves = [xk, w, b, rk]
+        # the fused ops return (normed, sum): both get a gradient, as in a residual stream
+        wrt = leaves[:3] if op in ("layernorm", "add_layernorm", "dyt") else leaves[:2]
+        out.append((leaves, [*wrt, rk] if fused else wrt, gk))
+    return out
+
+
+def _caller(fn: Fn, leaf_sets: list[LeafSet], backward: bool) -> Callable[[], Any]:
+    """A call of ``fn`` on the next leaf set: the forward, or forward and backward."""
+    cycle = itertools.cycle(leaf_sets)
+    if not backward:
+        return lambda: fn(*next(cycle)[0])
+
+    def step() -> Any:
+        leaves, wrt, gk = next(cycle)
+        outs = fn(*leaves)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        return torch.autograd.grad(outs, wrt, (gk,) * len(outs), allow_unused=True)
+
+    return step
+
+
 def bench_op(
     op: str,
     shape: tuple[int, int],
@@ -400,35 +443,10 @@ def bench_op(
     if compile:
         variants["compiled"] = torch.compile(_textbook(op), dynamic=False)
     # distinct x (and residual, incoming gradient) per set; the parameters are shared
-    fused = op.startswith("add_")
-    per_set = x.numel() * x.element_size() * (1 + fused + backward)
+    per_set = x.numel() * x.element_size() * (1 + op.startswith("add_") + backward)
     sets = rotation(per_set, llc)
-    w, b = (t.detach().requires_grad_(backward) for t in (w, b))
-    leaf_sets = []
-    for k in range(sets):
-        fresh: Callable[[torch.Tensor], torch.Tensor] = torch.clone if k else lambda t: t
-        xk = fresh(x).detach().requires_grad_(backward)
-        rk = (fresh(r) if fused else r).detach().requires_grad_(backward)
-        gk = fresh(g) if backward else g
-        leaves = [xk, w, b, rk]
-        # the fused ops return (normed, sum): both get a gradient, as in a residual stream
-        wrt = leaves[:3] if op in ("layernorm", "add_layernorm", "dyt") else leaves[:2]
-        leaf_sets.append((leaves, [*wrt, rk] if fused else wrt, gk))
-
-    def call(fn: Fn) -> Callable[[], Any]:
-        cycle = itertools.cycle(leaf_sets)
-        if not backward:
-            return lambda: fn(*next(cycle)[0])
-
-        def step() -> Any:
-            leaves, wrt, gk = next(cycle)
-            outs = fn(*leaves)
-            outs = outs if isinstance(outs, tuple) else (outs,)
-            return torch.autograd.grad(outs, wrt, (gk,) * len(outs), allow_unused=True)
-
-        return step
-
-    fns = {name: call(fn) for name, fn in variants.items()}
+    leaf_sets = _leaf_sets(op, [x, w, b, r, g], sets, backward)
+    fns = {name: _caller(fn, leaf_sets, backward) for name, fn in variants.items()}
     fns["copy"] = copy
     before = load_average()
     with torch.set_grad_enabled(backward):
@@ -501,6 +519,43 @@ def fresh_output_regime(
                     "load": [before, after],
                     "loaded": max(before, after) > torch.get_num_threads(),
                 })  # fmt: skip
+    return records
+
+
+def small_input_regime(
+    ops: Sequence[str],
+    dtypes: Sequence[torch.dtype],
+    *,
+    repeats: int,
+    min_time: float,
+    shapes: Sequence[tuple[int, int]] = SMALL,
+) -> list[dict[str, Any]]:
+    """Forward and forward+backward time of each op that torch has its own op for, against
+    that op, on small inputs called again and again (in cache, as a small model's
+    activations are): the regime where a call's fixed cost, not memory, sets the time.
+    ``speedup`` is torch's time over normlab's; ``loaded`` as in :func:`bench_op`."""
+    records = []
+    for op in ops:
+        own = _torch_op(op)
+        if own is None:
+            continue
+        for shape in shapes:
+            for dtype in dtypes:
+                for backward in (False, True):
+                    leaf_sets = _leaf_sets(op, _inputs(shape, dtype, "cpu", op), 1, backward)
+                    fns = {name: _caller(fn, leaf_sets, backward)
+                           for name, fn in (("normlab", _fast(op)), ("torch", own))}  # fmt: skip
+                    before = load_average()
+                    with torch.set_grad_enabled(backward):
+                        samples = median_times(fns, "cpu", repeats, min_time)
+                    after = load_average()
+                    t = {k: statistics.median(v) for k, v in samples.items()}
+                    records.append({
+                        "op": op, "shape": list(shape), "mode": "fwd+bwd" if backward else "fwd",
+                        "dtype": str(dtype).removeprefix("torch."), "seconds": t,
+                        "speedup": {"torch": t["torch"] / t["normlab"]}, "load": [before, after],
+                        "loaded": max(before, after) > torch.get_num_threads(),
+                    })  # fmt: skip
     return records
 
 

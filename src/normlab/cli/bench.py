@@ -132,7 +132,8 @@ def run_benchmarks(
         compile: time ``torch.compile`` of the formula (and of the model with ``model``).
         plot: save a PNG of the ``x copy`` ratios to this file.
         model: also time a TinyGPT training step with kernels, without, and compiled.
-        regimes: first measure fresh outputs with the default allocator (CPU).
+        regimes: first measure fresh outputs with the default allocator, then (with freed
+            memory kept) small inputs in cache (CPU).
         repeats: override the number of interleaved repeats.
         allow_load: print (marked) and judge the ratios of records measured while the
             1-minute load average exceeded the thread count; otherwise they are withheld.
@@ -165,6 +166,9 @@ def run_benchmarks(
                                       min_time=min_time)  # fmt: skip
     if device == "cpu":
         B.keep_freed_memory()
+    small = []
+    if regimes and device == "cpu":
+        small = B.small_input_regime(ops, torch_dtypes, repeats=reps, min_time=min_time)
     records = [
         B.bench_op(
             op,
@@ -189,7 +193,7 @@ def run_benchmarks(
         model_record = bench_model(compile=compile, repeats=reps, device=device, **sized)
     load["end"] = os.getloadavg()
     targets = R.check_targets(records, model_record, device, allow_load=allow_load,
-                              fresh=fresh)  # fmt: skip
+                              fresh=fresh, small=small)  # fmt: skip
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     title = (
         f"normlab bench ({name}, torch {torch.__version__}, {threads} threads, "
@@ -197,7 +201,7 @@ def run_benchmarks(
         f"{', thread CPU time' if B.clock(device) is time.thread_time else ''})"
     )
     R.print_results(records, fresh, targets, model_record, title, allow_load=allow_load,
-                    threads=threads)  # fmt: skip
+                    threads=threads, small=small)  # fmt: skip
     print(f"load average (1 min): {load['start'][0]:.2f} before, {load['end'][0]:.2f} after")
     if plot is not None:
         R.plot(records, plot)
@@ -211,8 +215,8 @@ def run_benchmarks(
             "cores": os.cpu_count(),
             "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
         }
-        payload = {"meta": meta, "ops": records, "fresh_outputs": fresh, "targets": targets,
-                   "model": model_record}  # fmt: skip
+        payload = {"meta": meta, "ops": records, "fresh_outputs": fresh, "small_inputs": small,
+                   "targets": targets, "model": model_record}  # fmt: skip
         atomic_write_json(out, payload)
         print(f"results: {out}")
     return 0
@@ -284,7 +288,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--regimes",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="first time fresh outputs with the default allocator (CPU)",
+        help="also time fresh outputs with the default allocator and small inputs in cache (CPU)",
     )
     p.add_argument("--repeats", type=positive_int, default=None, help="interleaved repeats")
     p.add_argument(

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from normlab import functional as NF
+from normlab.kernels._dispatch import _f32
 from normlab.kernels._ops import call
 
 __all__ = [
@@ -32,12 +33,13 @@ __all__ = [
 ]
 
 
-def _f32(p: Tensor | None) -> Tensor | None:
-    return None if p is None else p.detach().to(torch.float32).contiguous()
-
-
 def _cast(g: Tensor, like: Tensor | None, need: bool) -> Tensor | None:
-    return g.to(like.dtype).reshape(like.shape) if need and like is not None else None
+    """A parameter's gradient ``g`` (flat float32) in the parameter's dtype and shape."""
+    if not need or like is None:
+        return None
+    if g.dtype == like.dtype and g.shape == like.shape:
+        return g
+    return g.to(like.dtype).reshape(like.shape)
 
 
 def _reference_grads(
@@ -66,7 +68,8 @@ class RMSNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor | None, eps: float, off: float) -> Tensor:
         x = x.contiguous()
-        _, y, rstd = call("rms_fwd", x, None, _f32(weight), eps, off)
+        ctx.w32 = _f32(weight)  # the backward's too (half weights: one conversion a step)
+        _, y, rstd = call("rms_fwd", x, None, ctx.w32, eps, off)
         ctx.save_for_backward(x, weight, rstd)
         ctx.eps, ctx.off = eps, off
         return y
@@ -82,7 +85,7 @@ class RMSNormFn(torch.autograd.Function):
 
             return (*_reference_grads(ref, (x, weight), (dy,)), None, None)
         need_w = weight is not None and ctx.needs_input_grad[1]
-        dx, dw = call("rms_bwd", dy.contiguous(), x, _f32(weight), rstd, None, need_w, ctx.off)
+        dx, dw = call("rms_bwd", dy.contiguous(), x, ctx.w32, rstd, None, need_w, ctx.off)
         return dx, _cast(dw, weight, need_w), None, None
 
 
@@ -93,7 +96,8 @@ class AddRMSNormFn(torch.autograd.Function):
     def forward(
         ctx: Any, x: Tensor, residual: Tensor, weight: Tensor | None, eps: float, off: float
     ) -> tuple[Tensor, Tensor]:
-        s, y, rstd = call("rms_fwd", x.contiguous(), residual.contiguous(), _f32(weight), eps, off)
+        ctx.w32 = _f32(weight)
+        s, y, rstd = call("rms_fwd", x.contiguous(), residual.contiguous(), ctx.w32, eps, off)
         ctx.save_for_backward(s, weight, rstd)
         ctx.eps, ctx.off = eps, off
         ctx.set_materialize_grads(False)  # an unused output costs no zero tensor
@@ -114,7 +118,7 @@ class AddRMSNormFn(torch.autograd.Function):
             return g, g, gw, None, None
         need_w = weight is not None and ctx.needs_input_grad[2]
         dsum = None if ds is None else ds.contiguous()
-        g, dw = call("rms_bwd", dy, s, _f32(weight), rstd, dsum, need_w, ctx.off)
+        g, dw = call("rms_bwd", dy, s, ctx.w32, rstd, dsum, need_w, ctx.off)
         return g, g, _cast(dw, weight, need_w), None, None
 
 
@@ -127,7 +131,8 @@ class LayerNormFn(torch.autograd.Function):
         ctx: Any, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, off: float
     ) -> Tensor:
         x = x.contiguous()
-        _, y, mean, rstd = call("ln_fwd", x, None, _f32(weight), _f32(bias), eps, off)
+        ctx.w32 = _f32(weight)
+        _, y, mean, rstd = call("ln_fwd", x, None, ctx.w32, _f32(bias), eps, off)
         ctx.save_for_backward(x, weight, bias, mean, rstd)
         ctx.eps, ctx.off = eps, off
         return y
@@ -145,7 +150,7 @@ class LayerNormFn(torch.autograd.Function):
         need_w = weight is not None and ctx.needs_input_grad[1]
         need_b = bias is not None and ctx.needs_input_grad[2]
         dx, dw, db = call(
-            "ln_bwd", dy.contiguous(), x, _f32(weight), mean, rstd, None, need_w, need_b, ctx.off
+            "ln_bwd", dy.contiguous(), x, ctx.w32, mean, rstd, None, need_w, need_b, ctx.off
         )
         return dx, _cast(dw, weight, need_w), _cast(db, bias, need_b), None, None
 
@@ -163,8 +168,9 @@ class AddLayerNormFn(torch.autograd.Function):
         eps: float,
         off: float,
     ) -> tuple[Tensor, Tensor]:
+        ctx.w32 = _f32(weight)
         s, y, mean, rstd = call(
-            "ln_fwd", x.contiguous(), residual.contiguous(), _f32(weight), _f32(bias), eps, off
+            "ln_fwd", x.contiguous(), residual.contiguous(), ctx.w32, _f32(bias), eps, off
         )
         ctx.save_for_backward(s, weight, bias, mean, rstd)
         ctx.eps, ctx.off = eps, off
@@ -187,7 +193,7 @@ class AddLayerNormFn(torch.autograd.Function):
         need_w = weight is not None and ctx.needs_input_grad[2]
         need_b = bias is not None and ctx.needs_input_grad[3]
         dsum = None if ds is None else ds.contiguous()
-        g, dw, db = call("ln_bwd", dy, s, _f32(weight), mean, rstd, dsum, need_w, need_b, ctx.off)
+        g, dw, db = call("ln_bwd", dy, s, ctx.w32, mean, rstd, dsum, need_w, need_b, ctx.off)
         return g, g, _cast(dw, weight, need_w), _cast(db, bias, need_b), None, None
 
 
@@ -200,7 +206,8 @@ class DyTFn(torch.autograd.Function):
     ) -> Tensor:
         x = x.contiguous()
         a = alpha.detach().to(torch.float32).reshape(1)
-        y = call("dyt_fwd", x, a, _f32(weight), _f32(bias))
+        ctx.w32 = _f32(weight)
+        y = call("dyt_fwd", x, a, ctx.w32, _f32(bias))
         ctx.save_for_backward(x, alpha, weight, bias)
         return y
 
@@ -212,7 +219,7 @@ class DyTFn(torch.autograd.Function):
         need_w = weight is not None and ctx.needs_input_grad[2]
         need_b = bias is not None and ctx.needs_input_grad[3]
         a = alpha.detach().to(torch.float32).reshape(1)
-        dx, da, dw, db = call("dyt_bwd", dy.contiguous(), x, a, _f32(weight), need_w, need_b)
+        dx, da, dw, db = call("dyt_bwd", dy.contiguous(), x, a, ctx.w32, need_w, need_b)
         dalpha = da.to(alpha.dtype).reshape(alpha.shape) if ctx.needs_input_grad[1] else None
         return dx, dalpha, _cast(dw, weight, need_w), _cast(db, bias, need_b)
 

@@ -406,19 +406,19 @@ def _empty() -> torch.Tensor:
     return torch.empty(0)
 
 
-def _work(*sizes: int) -> list[torch.Tensor]:
-    """Float32 scratch tensors of ``sizes`` elements, carved from this thread's reused buffer.
-
-    Valid until the next call on this thread; the kernels write them before reading.
-    """
+def _work(*sizes: int) -> list[int]:
+    """Addresses of float32 scratch blocks of ``sizes`` elements, carved from this thread's
+    reused buffer (addresses, not tensor slices: a slice costs ~2 us, and small calls are
+    overhead-bound). Valid until the next call on this thread; the kernels write them
+    before reading."""
     need = sum(sizes)
     buf = getattr(_scratch, "buf", None)
     if buf is None or buf.numel() < need:
         buf = _scratch.buf = torch.empty(max(need, 1), dtype=torch.float32)
-    out, at = [], 0
+    out, at = [], buf.data_ptr()
     for n in sizes:
-        out.append(buf[at : at + n])
-        at += n
+        out.append(at)
+        at += 4 * n
     return out
 
 
@@ -479,7 +479,7 @@ def rms_bwd(
     (part,) = _work(_lib().nl_blocks() * d)  # the partial buffer is always written
     dw = _grad_vec(d, need_dw)
     _lib().nl_rms_bwd(
-        _dt(x), _ptr(dy), _ptr(x), _ptr(w1), off, _ptr(rstd), _ptr(dsum), _ptr(dx), _ptr(part),
+        _dt(x), _ptr(dy), _ptr(x), _ptr(w1), off, _ptr(rstd), _ptr(dsum), _ptr(dx), part,
         _ptr(dw), rows, d, _threads(),
     )  # fmt: skip
     return dx, (_empty() if dw is None else dw)
@@ -531,7 +531,7 @@ def ln_bwd(
     dw, db = _grad_vec(d, need_dw), _grad_vec(d, need_db)
     _lib().nl_ln_bwd(
         _dt(x), _ptr(dy), _ptr(x), _ptr(w1), off, _ptr(mean), _ptr(rstd), _ptr(dsum), _ptr(dx),
-        _ptr(pw), _ptr(pb), _ptr(dw), _ptr(db), rows, d, _threads(),
+        pw, pb, _ptr(dw), _ptr(db), rows, d, _threads(),
     )  # fmt: skip
     return dx, (_empty() if dw is None else dw), (_empty() if db is None else db)
 
@@ -575,8 +575,8 @@ def dyt_bwd(
     dw, db = _grad_vec(d, need_dw), _grad_vec(d, need_db)
     da = torch.empty(1)
     _lib().nl_dyt_bwd(
-        _dt(x), _ptr(dy), _ptr(x), float(alpha), _ptr(w1), _ptr(dx), _ptr(pw), _ptr(pb),
-        _ptr(pa), _ptr(dw), _ptr(db), _ptr(da), rows, d, _threads(),
+        _dt(x), _ptr(dy), _ptr(x), float(alpha), _ptr(w1), _ptr(dx), pw, pb,
+        pa, _ptr(dw), _ptr(db), _ptr(da), rows, d, _threads(),
     )  # fmt: skip
     return dx, da, (_empty() if dw is None else dw), (_empty() if db is None else db)
 
@@ -587,7 +587,7 @@ def softmax1_fwd(x: torch.Tensor) -> torch.Tensor:
     y = fresh_output(x)
     nt = _threads()
     (work,) = _work(nt * d)  # one row buffer per thread
-    _lib().nl_softmax1_fwd(_dt(x), _ptr(x), _ptr(y), _ptr(work), rows, d, nt)
+    _lib().nl_softmax1_fwd(_dt(x), _ptr(x), _ptr(y), work, rows, d, nt)
     return y
 
 
