@@ -211,3 +211,24 @@ def test_under_torch_compile() -> None:
     torch.testing.assert_close(y, ref, atol=1e-5, rtol=1e-5)
     for p, g in zip(model.parameters(), ref_grads, strict=True):
         torch.testing.assert_close(p.grad, g, atol=1e-5, rtol=1e-5)
+
+
+def test_a_two_dim_input_goes_as_it_is_and_several_trailing_dims_still_make_one_row() -> None:
+    """A (rows, d) input reaches the kernel without a reshape (its output's grad_fn is the
+    kernel's own node: a view would add ~5 us a call each way), while a normalized shape of
+    several dimensions is still one row: (4, 8) normalized over (4, 8) is one row of 32."""
+    from normlab import functional as NF
+
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(4, 8, generator=g).requires_grad_() for _ in range(3))
+    y = K.layer_norm(x, (4, 8), w, b)
+    want = NF.layer_norm(x, (4, 8), w, b)
+    assert y.shape == (4, 8) and _on_fast_path(y)
+    torch.testing.assert_close(y, want)
+    dy = torch.randn(4, 8, generator=g)
+    got = torch.autograd.grad(y, (x, w, b), dy)
+    for a, e in zip(got, torch.autograd.grad(want, (x, w, b), dy), strict=True):
+        torch.testing.assert_close(a, e)
+    x2, w2 = torch.randn(6, 8, requires_grad=True), torch.randn(8, requires_grad=True)
+    assert type(K.rms_norm(x2, (8,), w2).grad_fn).__name__ == "RMSNormFnBackward"
+    assert type(K.layer_norm(x2, (8,)).grad_fn).__name__ == "LayerNormFnBackward"
