@@ -13,6 +13,16 @@ faults once per 2 MB: 11.2 -> 4.3 ms there, F.layer_norm 9.3 ms (two threads, me
 (``THP_MEM_ALLOC_ENABLE=1``). The advice covers only pages the kernel then writes in full,
 so it adds no resident memory; memory already resident (a caching allocator, or glibc
 with ``MALLOC_MMAP_MAX_=0``) is left alone, at the cost of one ``mincore`` call.
+
+Caveat, measured on this VM: it reports free memory to its host (virtio-balloon free page
+reporting, ``/sys/module/page_reporting``: every free block of order 9, i.e. 2 MB, with
+``min_free_ms`` 0), so a huge page freed by one call may be back with the host before the
+next call faults it in again. Then a call can wait for the host: 8192 x 1024 float32
+LayerNorm forward with fresh outputs took 38 ms a call (median of 15) in a new process, 3.1
+ms a little later (``F.layer_norm`` 9.3-10.1, ``clone`` 7.6-8.0). In ``normlab bench``'s
+fresh-output table such waits hit one row or more in about half of six runs on 2026-12-05
+and every float32 row in one of them: normlab's LayerNorm then read 0.55-0.90x
+``F.layer_norm``, 2.0-3.3x in the rows not hit.
 """
 
 from __future__ import annotations
