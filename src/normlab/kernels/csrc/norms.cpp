@@ -574,6 +574,30 @@ inline void row_sum2(long D, G g, H h, float& sg, float& sh) {
   sh = j == 0 ? s2 : th + s2;
 }
 
+// out[j] = f(v, j) for j < D without a fence (as emit's fence = false), f given in both of
+// row_sum's forms: 16-bit outputs take f's vector form 64 columns at a time into put64 (the
+// vector loads of get: F16C for float16, where the scalar form's integer conversion is a
+// dozen instructions a vector), the rest the scalar form through emit. Bit-for-bit the
+// values of emit over the scalar form (2,304 outputs compared). Forward kernels, two
+// threads, inputs from memory, medians of 20 (8192 x 1024 / 2048 x 4096 ms, old -> new):
+// float16 LayerNorm 1.44 -> 1.02 / 1.38 -> 0.98, RMSNorm 1.07 -> 0.69 / 1.28 -> 0.91, add +
+// RMSNorm 2.31 -> 1.94 / 2.53 -> 2.12; bfloat16 within 4% either way (both orders).
+template <typename T, typename F>
+inline void emit_rows(T* out, long D, F f, bool nts) {
+  long e0 = 0;
+#if defined(__AVX512F__)
+  if constexpr (!std::is_same_v<T, float>) {
+    const bool nts64 = nts && (reinterpret_cast<uintptr_t>(out) & 63) == 0;
+    for (; e0 + 64 <= D; e0 += 64) {
+      const __m512 v[4] = {f(vector(), e0), f(vector(), e0 + 16), f(vector(), e0 + 32),
+                           f(vector(), e0 + 48)};
+      put64(out + e0, v, nts64);
+    }
+  }
+#endif
+  emit(out + e0, D - e0, [&](long j) { return f(scalar(), e0 + j); }, nts, false);
+}
+
 template <typename T>
 void rms_fwd(const T* x, const T* res, const float* w, float off, T* sum, T* y, float* rstd,
              long R, long D, float eps, int nt) {
@@ -602,7 +626,8 @@ void rms_fwd(const T* x, const T* res, const float* w, float off, T* sum, T* y, 
         }
       }
       rstd[i] = r;
-      emit(y + o, D, [&](long j) { return (in(scalar(), j) * r) * (w[j] + off); }, nts, false);
+      emit_rows(y + o, D, [&](auto v, long j) { return (in(v, j) * r) * (get(v, w, j) + off); },
+                nts);
     });
   }
     fence_streams(nts);  // once a thread, not once a row
@@ -787,9 +812,9 @@ void ln_fwd(const T* x, const T* res, const float* w, const float* bias, float o
       }
       mean[i] = m;
       rstd[i] = r;
-      emit(y + o, D,
-           [&](long j) { return (in(scalar(), j) * sc - mu) * rs * (w[j] + off) + bias[j]; }, nts,
-           false);
+      emit_rows(y + o, D, [&](auto v, long j) {
+        return (in(v, j) * sc - mu) * rs * (get(v, w, j) + off) + get(v, bias, j);
+      }, nts);
     });
   }
     fence_streams(nts);  // once a thread, not once a row
