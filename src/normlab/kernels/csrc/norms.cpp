@@ -22,10 +22,11 @@
 // compute-bound: with the rows cache-resident (128 x 1024, one thread, thread CPU time,
 // medians of 400, 2026-12-05) a bfloat16 forward costs 0.20 (RMSNorm), 0.26-0.28 (LayerNorm),
 // 0.35 (DyT) and 0.34 (Softmax1) ns an element, the backward 0.30 (RMSNorm) and 0.37
-// (LayerNorm), while two threads' copy_ from memory moves one in 0.08-0.12 ns. DyT's tanh
-// alone is 13 multiply-class vector operations per 16 values and the core issues one
-// 512-bit multiply or FMA a cycle (Zen 4): at ~3.5 GHz that is >= 0.23 ns a value on one
-// core, so two threads need >= 0.95 ms for 8M bfloat16 values that copy_ moves in 0.7-1.0.
+// (LayerNorm), while two threads' copy_ from memory moves one in 0.08-0.12 ns. DyT's forward
+// is 13 multiply-class vector operations per 16 values (tanh's 11) and a division, and the
+// core issues one 512-bit multiply or FMA a cycle (Zen 4). benchmarks/bench_roofline.py
+// measures the budget: a bfloat16 elementwise kernel with up to 12 FMAs per 16 values ran at
+// 1.06-1.14x copy on two threads, 16 at 0.83-0.89, 20 at 0.67-0.71, 24 at 0.54-0.58.
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
