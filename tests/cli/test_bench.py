@@ -247,6 +247,9 @@ def test_small_inputs_time_both_passes_against_torchs_own_op_and_are_judged():
     )
     modes = [(r["op"], r["mode"]) for r in small]
     assert modes == [("layernorm", "fwd"), ("layernorm", "fwd+bwd")]
+    only = _bench_ops.small_input_regime(["rmsnorm"], [torch.float32], repeats=1, min_time=0.001,
+                                         shapes=[(8, 64)], modes=["fwd+bwd"])  # fmt: skip
+    assert [r["mode"] for r in only] == ["fwd+bwd"]
     for r in small:
         assert set(r["seconds"]) == {"normlab", "torch"} and min(r["seconds"].values()) > 0
         assert r["speedup"]["torch"] == r["seconds"]["torch"] / r["seconds"]["normlab"]

@@ -49,7 +49,8 @@ ceiling (at most 32 MB) with fresh pages from the kernel, and faulting them in c
 than the arithmetic. :func:`fresh_output_regime` measures the default allocator (run it
 before :func:`keep_freed_memory`); the main table is measured after it, with freed memory
 kept in the process, as a caching allocator (jemalloc, tcmalloc, ``MALLOC_MMAP_MAX_=0``)
-does.
+does. :func:`small_input_regime` then times small inputs that stay in cache against torch's
+own op, where a call's fixed cost in Python counts.
 """
 
 from __future__ import annotations
@@ -529,11 +530,12 @@ def small_input_regime(
     repeats: int,
     min_time: float,
     shapes: Sequence[tuple[int, int]] = SMALL,
+    modes: Sequence[str] = ("fwd", "fwd+bwd"),
 ) -> list[dict[str, Any]]:
-    """Forward and forward+backward time of each op that torch has its own op for, against
-    that op, on small inputs called again and again (in cache, as a small model's
-    activations are): the regime where a call's fixed cost, not memory, sets the time.
-    ``speedup`` is torch's time over normlab's; ``loaded`` as in :func:`bench_op`."""
+    """Time of each op that torch has its own op for, against that op, in each mode, on
+    small inputs called again and again (in cache, as a small model's activations are):
+    the regime where a call's fixed cost, not memory, sets the time. ``speedup`` is torch's
+    time over normlab's; ``loaded`` as in :func:`bench_op`."""
     records = []
     for op in ops:
         own = _torch_op(op)
@@ -541,7 +543,7 @@ def small_input_regime(
             continue
         for shape in shapes:
             for dtype in dtypes:
-                for backward in (False, True):
+                for backward in (mode == "fwd+bwd" for mode in modes):
                     leaf_sets = _leaf_sets(op, _inputs(shape, dtype, "cpu", op), 1, backward)
                     fns = {name: _caller(fn, leaf_sets, backward)
                            for name, fn in (("normlab", _fast(op)), ("torch", own))}  # fmt: skip

@@ -168,7 +168,8 @@ def run_benchmarks(
         B.keep_freed_memory()
     small = []
     if regimes and device == "cpu":
-        small = B.small_input_regime(ops, torch_dtypes, repeats=reps, min_time=min_time)
+        small = B.small_input_regime(ops, torch_dtypes, repeats=reps, min_time=min_time,
+                                     modes=modes)  # fmt: skip
     records = [
         B.bench_op(
             op,
