@@ -29,6 +29,7 @@ def test_bench_runs_the_selected_ops_and_prints_targets(tmp_path, capsys):
     assert "not measured" in text  # no compiled peer was timed
     assert "x liger" not in text and "Liger-Kernel runs on CUDA only" in text
     assert "load average (1 min):" in text and len(data["ops"][0]["load"]) == 2
+    assert "copy GB/s" in text and f"{data['ops'][0]['copy_gbs']:.1f}" in text
 
 
 def _record(shape, x_copy, loaded=False, **speedup):

@@ -185,15 +185,16 @@ def print_results(
 
     console = Console(width=160)
     peers = [k for k in _PEERS if any(k in r["speedup"] for r in records)]
-    table = Table("op", "shape", "dtype", "mode", "load", "normlab GB/s", "x mem limit",
-                  *(f"x {k}" for k in peers), title=title)  # fmt: skip
+    table = Table("op", "shape", "dtype", "mode", "load", "copy GB/s", "normlab GB/s",
+                  "x mem limit", *(f"x {k}" for k in peers), title=title)  # fmt: skip
     for r in records:
         sp, loaded = r["speedup"], r.get("loaded", False)
         hide = loaded and not allow_load
         load = "{:.1f}-{:.1f}".format(*r["load"]) + ("*" if loaded else "") if "load" in r else ""
         ratios = ["loaded" if hide else f"{r['x_copy']['normlab']:.2f}"]
         ratios += ["" if k not in sp else ("-" if hide else f"{sp[k]:.2f}") for k in peers]
-        table.add_row(r["op"], _label(r["shape"]), r["dtype"], r["mode"], load,
+        copy = f"{r['copy_gbs']:.1f}" if "copy_gbs" in r else ""
+        table.add_row(r["op"], _label(r["shape"]), r["dtype"], r["mode"], load, copy,
                       f"{r['gbs']['normlab']:.1f}", *ratios)  # fmt: skip
     console.print(table)
     withheld = "." if allow_load else " and are withheld (--allow-load prints them)."
@@ -202,7 +203,9 @@ def print_results(
         "statistics) at the bandwidth of a copy from memory (each variant, the copy "
         "included, cycles through distinct buffers totalling >= 8x the last-level cache, "
         "so no dtype's baseline is the cache's; 1 = memory limit); x peer: peer time / normlab "
-        "time (> 1: normlab faster). load: 1-minute load average before-after the row; * "
+        "time (> 1: normlab faster); copy GB/s: that baseline's bandwidth in the row (where "
+        "it moves between runs, a compute-bound kernel's x mem limit moves with it). load: "
+        "1-minute load average before-after the row; * "
         f"marks rows measured above {threads} (the thread count), whose ratios describe the "
         "machine's other work as much as the kernels" + withheld
     )
