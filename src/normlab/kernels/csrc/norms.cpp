@@ -430,6 +430,10 @@ inline __m512 get(vector, const half* p, long j) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j)));
 }
 // The lanes of m from p (the others 0): a row's last columns, without reading past it.
+// lanes(left): the mask of the first min(left, 16) lanes.
+inline __mmask16 lanes(long left) {
+  return left >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
+}
 inline __m512 get(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
 inline __m512 get(__mmask16 m, const uint16_t* p) {
   const __m256i h = _mm256_maskz_loadu_epi16(m, p);
@@ -990,7 +994,7 @@ void dyt_fwd(const T* x, float alpha, const float* w, const float* bias, T* y, l
       if (j1 < n) {
         alignas(64) float buf[64];
         for (long c = j1; c < n; c += 16) {
-          const __mmask16 m = n - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - c)) - 1);
+          const __mmask16 m = lanes(n - c);
           const __m512 t = tanh_fast(a * get(m, xt + c));
           _mm512_store_ps(buf + c - j1,
                           _mm512_fmadd_ps(t, get(m, wt + c), get(m, bt + c)));
@@ -1079,7 +1083,7 @@ void softmax1_fwd(const T* x, T* y, float* work, long R, long D, int nt) {
           lane(j + 48, 0xFFFF, a3);
         }
         for (; j < D; j += 16) {
-          lane(j, D - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (D - j)) - 1), a0);
+          lane(j, lanes(D - j), a0);
         }
         m = _mm512_reduce_max_ps(vm);
         s = _mm512_reduce_add_ps((a0 + a1) + (a2 + a3));
@@ -1204,7 +1208,7 @@ void nl_exp(const float* x, float* y, long n) {
   long i = 0;
 #if defined(__AVX512F__)
   for (; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 k = lanes(n - i);
     _mm512_mask_storeu_ps(y + i, k, fast_exp(_mm512_maskz_loadu_ps(k, x + i)));
   }
 #endif
