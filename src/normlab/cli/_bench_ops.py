@@ -419,6 +419,20 @@ def _caller(fn: Fn, leaf_sets: list[LeafSet], backward: bool) -> Callable[[], An
     return step
 
 
+def _timed(
+    fns: dict[str, Callable[[], Any]], device: str, repeats: int, min_time: float, grad: bool
+) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """:func:`median_times` with autograd on or off, and a record's load fields: the 1-minute
+    load average before and after, and ``loaded`` when it exceeded the thread count (the
+    CPU's load slows a CPU measurement only)."""
+    before = load_average()
+    with torch.set_grad_enabled(grad):
+        samples = median_times(fns, device, repeats, min_time)
+    after = load_average()
+    loaded = device == "cpu" and max(before, after) > torch.get_num_threads()
+    return samples, {"load": [before, after], "loaded": loaded}
+
+
 def bench_op(
     op: str,
     shape: tuple[int, int],
@@ -449,10 +463,7 @@ def bench_op(
     leaf_sets = _leaf_sets(op, [x, w, b, r, g], sets, backward)
     fns = {name: _caller(fn, leaf_sets, backward) for name, fn in variants.items()}
     fns["copy"] = copy
-    before = load_average()
-    with torch.set_grad_enabled(backward):
-        samples = median_times(fns, device, repeats, min_time)
-    after = load_average()
+    samples, load = _timed(fns, device, repeats, min_time, backward)
     times = {k: statistics.median(v) for k, v in samples.items()}
     moved = traffic(op, shape, dtype, backward)
     copy_gbs = 2 * x.numel() * x.element_size() / times["copy"] / 1e9
@@ -472,10 +483,8 @@ def bench_op(
         "bytes": moved,
         # the distinct buffer sets each timed function cycled through (memory, not cache)
         "rotation": {"llc": llc, "sets": sets, "copy_sets": getattr(copy, "sets", 1)},
-        "load": [before, after],
         "clock": clock(device).__name__,
-        # the CPU's load slows a CPU measurement only
-        "loaded": device == "cpu" and max(before, after) > torch.get_num_threads(),
+        **load,
     }
 
 
@@ -506,10 +515,7 @@ def fresh_output_regime(
             for dtype in dtypes:
                 x, w, b, r, _ = _inputs(shape, dtype, "cpu", op)
                 fns = _fresh_fns(op, x, w, b, r)
-                before = load_average()
-                with torch.no_grad():
-                    samples = median_times(fns, "cpu", repeats, min_time)
-                after = load_average()
+                samples, load = _timed(fns, "cpu", repeats, min_time, grad=False)
                 t = {k: statistics.median(v) for k, v in samples.items()}
                 units = traffic(op, shape, dtype, False) / (2 * x.numel() * x.element_size())
                 records.append({
@@ -517,8 +523,7 @@ def fresh_output_regime(
                     "seconds": t, "normlab_x_copy": units * t["copy"] / t["normlab"],
                     "clone_x_copy": t["copy"] / t["clone"],
                     "speedup": {"torch": t["torch"] / t["normlab"]} if "torch" in t else {},
-                    "load": [before, after],
-                    "loaded": max(before, after) > torch.get_num_threads(),
+                    **load,
                 })  # fmt: skip
     return records
 
@@ -547,16 +552,12 @@ def small_input_regime(
                     leaf_sets = _leaf_sets(op, _inputs(shape, dtype, "cpu", op), 1, backward)
                     fns = {name: _caller(fn, leaf_sets, backward)
                            for name, fn in (("normlab", _fast(op)), ("torch", own))}  # fmt: skip
-                    before = load_average()
-                    with torch.set_grad_enabled(backward):
-                        samples = median_times(fns, "cpu", repeats, min_time)
-                    after = load_average()
+                    samples, load = _timed(fns, "cpu", repeats, min_time, backward)
                     t = {k: statistics.median(v) for k, v in samples.items()}
                     records.append({
                         "op": op, "shape": list(shape), "mode": "fwd+bwd" if backward else "fwd",
                         "dtype": str(dtype).removeprefix("torch."), "seconds": t,
-                        "speedup": {"torch": t["torch"] / t["normlab"]}, "load": [before, after],
-                        "loaded": max(before, after) > torch.get_num_threads(),
+                        "speedup": {"torch": t["torch"] / t["normlab"]}, **load,
                     })  # fmt: skip
     return records
 
