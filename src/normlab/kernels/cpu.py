@@ -32,9 +32,10 @@ serves blocks above its mmap ceiling (32 MB at most) with fresh pages, and the p
 then cost more than the arithmetic (~0.17x copy bandwidth for a 32 MB output measured
 here). Large fresh outputs are therefore advised onto huge pages before the kernel writes
 them (:mod:`normlab.kernels._pages`: one fault per 2 MB; 0.35-0.52x copy, 2.6-8x torch's own
-op in that regime). The full remedy for a CPU process is an allocator setting,
-``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=<large>`` (or ``LD_PRELOAD`` of jemalloc /
-tcmalloc); ``normlab bench`` shows both regimes.
+op in that regime, except where the host is slow to give the pages back: see its caveat).
+The full remedy for a CPU process is an allocator setting, ``MALLOC_MMAP_MAX_=0
+MALLOC_TRIM_THRESHOLD_=<large>`` (or ``LD_PRELOAD`` of jemalloc / tcmalloc); ``normlab
+bench`` shows both regimes.
 
 Outputs of at least half the last-level cache are written with streaming stores (no read
 for ownership; csrc/norms.cpp ``streams``): RMSNorm forward, 8192 x 1024 fp32, one thread,
