@@ -21,12 +21,13 @@
 // torch's conversions on every pattern (tests/kernels/test_conversions.py). Their kernels are
 // compute-bound: with the rows cache-resident (128 x 1024, one thread, thread CPU time,
 // medians of 400, 2026-12-05) a bfloat16 forward costs 0.20 (RMSNorm), 0.26-0.28 (LayerNorm),
-// 0.35 (DyT) and 0.34 (Softmax1) ns an element, the backward 0.30 (RMSNorm) and 0.37
-// (LayerNorm), while two threads' copy_ from memory moves one in 0.08-0.12 ns. DyT's forward
-// is 13 multiply-class vector operations per 16 values (tanh's 11) and a division, and the
-// core issues one 512-bit multiply or FMA a cycle (Zen 4). benchmarks/bench_roofline.py
-// measures the budget: a bfloat16 elementwise kernel with up to 12 FMAs per 16 values ran at
-// 1.06-1.14x copy on two threads, 16 at 0.83-0.89, 20 at 0.67-0.71, 24 at 0.54-0.58.
+// 0.35 (DyT; 0.25 with tanh_short, below) and 0.34 (Softmax1) ns an element, the backward 0.30
+// (RMSNorm) and 0.37 (LayerNorm), while two threads' copy_ from memory moves one in 0.08-0.12
+// ns. DyT's float32 forward is 13 multiply-class vector operations per 16 values (tanh's 11)
+// and a division (10 with tanh_short into 16-bit outputs), and the core issues one 512-bit
+// multiply or FMA a cycle (Zen 4). benchmarks/bench_roofline.py measures the budget: a
+// bfloat16 elementwise kernel with up to 12 FMAs per 16 values ran at 1.06-1.14x copy on two
+// threads, 16 at 0.83-0.89, 20 at 0.67-0.71, 24 at 0.54-0.58.
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -270,6 +271,29 @@ inline float tanh_fast(float z) {
   return (p * x) / q;
 }
 
+// tanh(z) for DyT's forward into a 16-bit output, whose rounding (bfloat16 2^-8, float16 2^-11
+// relative) hides tanh_fast's float32 accuracy: a degree-5/4 odd rational x P(x^2) / Q(x^2)
+// clamped at |z| <= 5, normlab's fit (iteratively reweighted least squares towards the least
+// maximum relative error on [0, 5], the clamp chosen for the least error over the float32
+// line): at most 5.3e-5 (0.014 of bfloat16's unit roundoff, 0.11 of float16's), |t| < 1, 8
+// multiply-class operations and the division where tanh_fast has 11. DyT forward, one thread,
+// rows in cache, 128 x 1024 (us): bfloat16 45.5 -> 32.5, float16 42.1 -> 29.4 (with no tanh at
+// all: 13.8, 12.2); two threads from memory, 8192 x 1024 / 2048 x 4096, 0.58-0.77x copy_ ->
+// 0.79-0.97x (time 0.72-0.82x the old form, five interleaved runs). tests/kernels/test_cpu.py
+// measures the error against float64.
+inline float tanh_short(float z) {
+  constexpr float clamp = 5.0f;
+  const float x = z > clamp ? clamp : (z < -clamp ? -clamp : z);  // NaN passes through
+  const float x2 = x * x;
+  float p = 0.0006705737323500216f;
+  p = p * x2 + 0.1024179607629776f;
+  p = p * x2 + 0.9999480843544006f;
+  float q = 0.012819970026612282f;
+  q = q * x2 + 0.4354327917098999f;
+  q = q * x2 + 1.0f;
+  return (p * x) / q;
+}
+
 #if defined(__AVX512F__)
 // tanh_fast on 16 lanes, the same operations in the same order. The clamp is vmaxps/vminps:
 // gcc's vectorised loop over the scalar form made its conditionals masks and masked
@@ -295,7 +319,31 @@ inline __m512 tanh_fast(__m512 z) {
   q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(4.89352518554385e-03f));
   return (p * x) / q;
 }
+
+// tanh_short on 16 lanes, the same operations in the same order.
+inline __m512 tanh_short(__m512 z) {
+  const __m512 c = _mm512_set1_ps(5.0f);
+  const __m512 x = _mm512_min_ps(c, _mm512_max_ps(-c, z));  // NaN (the second operand) passes
+  const __m512 x2 = x * x;
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(0.0006705737323500216f), x2,
+                             _mm512_set1_ps(0.1024179607629776f));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(0.9999480843544006f));
+  __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(0.012819970026612282f), x2,
+                             _mm512_set1_ps(0.4354327917098999f));
+  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(1.0f));
+  return (p * x) / q;
+}
 #endif
+
+// DyT's forward tanh for an output of type T: float32 keeps tanh_fast's accuracy.
+template <typename T, typename V>
+inline V tanh_out(V z) {
+  if constexpr (std::is_same_v<T, float>) {
+    return tanh_fast(z);
+  } else {
+    return tanh_short(z);
+  }
+}
 
 // tanh(z) for DyT's backward, where 1 - t^2 summed over every element (d alpha) turns a
 // tanh error near |t| = 1 into a bias: odd Taylor series to z^13 for |z| < 0.4 (error
@@ -986,7 +1034,7 @@ void dyt_fwd(const T* x, float alpha, const float* w, const float* bias, T* y, l
         __m512 v[4];
         for (long k = 0; k < 4; ++k) {
           const long c = j1 + 16 * k;
-          v[k] = _mm512_fmadd_ps(tanh_fast(a * get(vector(), xt, c)), _mm512_loadu_ps(wt + c),
+          v[k] = _mm512_fmadd_ps(tanh_out<T>(a * get(vector(), xt, c)), _mm512_loadu_ps(wt + c),
                                  _mm512_loadu_ps(bt + c));
         }
         put64(yt + j1, v, nts64);
@@ -995,14 +1043,14 @@ void dyt_fwd(const T* x, float alpha, const float* w, const float* bias, T* y, l
         alignas(64) float buf[64];
         for (long c = j1; c < n; c += 16) {
           const __mmask16 m = lanes(n - c);
-          const __m512 t = tanh_fast(a * get(m, xt + c));
+          const __m512 t = tanh_out<T>(a * get(m, xt + c));
           _mm512_store_ps(buf + c - j1,
                           _mm512_fmadd_ps(t, get(m, wt + c), get(m, bt + c)));
         }
         emit(yt + j1, n - j1, [&](long j) { return buf[j]; }, nts, false);
       }
 #else
-      emit(yt, n, [&](long j) { return tanh_fast(alpha * ld(xt, j)) * wt[j] + bt[j]; }, nts, false);
+      emit(yt, n, [&](long j) { return tanh_out<T>(alpha * ld(xt, j)) * wt[j] + bt[j]; }, nts, false);
 #endif
     }
   }
