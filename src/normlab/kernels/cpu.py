@@ -249,10 +249,11 @@ _SIGNATURES: dict[str, tuple[type, ...]] = {
     "nl_ln_fwd": (_I, _P, _P, _P, _P, _F, _P, _P, _P, _P, _L, _L, _F, _I),
     "nl_ln_bwd": (_I, _P, _P, _P, _F, _P, _P, _P, _P, _P, _P, _P, _P, _L, _L, _I),
     "nl_dyt_fwd": (_I, _P, _F, _P, _P, _P, _L, _L, _I),
-    "nl_dyt_bwd": (_I, _P, _P, _F, _P, _P, _P, _P, _P, _P, _P, _P, _L, _L, _I),
+    "nl_dyt_bwd": (_I, _P, _P, _F, _P, _P, _P, _P, _P, _P, _P, _P, _P, _L, _L, _I),
     "nl_softmax1_fwd": (_I, _P, _P, _P, _L, _L, _I),
     "nl_softmax1_bwd": (_I, _P, _P, _P, _L, _L, _I),
     "nl_exp": (_P, _P, _L, _I),
+    "nl_tanh_precise": (_P, _P, _L, _I),
     "nl_attn_fwd": (_P, _P, _P, _P, _P, *(_L,) * 7, _F, _I, _I),
     "nl_attn_bwd": (*(_P,) * 9, *(_L,) * 10, _F, _I, _I),
 }
@@ -575,13 +576,14 @@ def dyt_bwd(
     rows, d = x.shape
     w1 = _ones(w, d)  # kept alive until the call returns
     dx = fresh_output(x)
-    nb = _lib().nl_blocks()
-    pw, pb, pa = _work(nb * d, nb * d, nb)  # the partial buffers are always written
+    nb, nt = _lib().nl_blocks(), _threads()
+    # the partial buffers (always written) and one row of tanh per thread
+    pw, pb, pa, rows_t = _work(nb * d, nb * d, nb, nt * d)
     dw, db = _grad_vec(d, need_dw), _grad_vec(d, need_db)
     da = torch.empty(1)
     _lib().nl_dyt_bwd(
         _dt(x), _ptr(dy), _ptr(x), float(alpha), _ptr(w1), _ptr(dx), pw, pb,
-        pa, _ptr(dw), _ptr(db), _ptr(da), rows, d, _threads(),
+        pa, _ptr(dw), _ptr(db), _ptr(da), rows_t, rows, d, nt,
     )  # fmt: skip
     return dx, da, (_empty() if dw is None else dw), (_empty() if db is None else db)
 
