@@ -257,7 +257,7 @@ _SIGNATURES: dict[str, tuple[type, ...]] = {
     "nl_attn_fwd": (_P, _P, _P, _P, _P, *(_L,) * 7, _F, _I, _I),
     "nl_attn_bwd": (*(_P,) * 9, *(_L,) * 10, _F, _I, _I),
 }
-_VERSION = 5  # nl_version() of csrc/norms.cpp
+_VERSION = 6  # nl_version() of csrc/norms.cpp
 _lock = threading.Lock()
 _state: dict[str, ctypes.CDLL | None] = {}
 _scratch = threading.local()  # per-thread reusable float32 workspace
