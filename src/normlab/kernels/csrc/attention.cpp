@@ -28,6 +28,24 @@
 
 namespace {
 
+// s[j] = exp(s[j] - shift) for j < n: fast_exp's vector form where there is one (the same
+// values as the scalar form, 2^n in one vscalefps where gcc's vectorised scalar form takes
+// three operations), else the scalar loop. Outputs bit-for-bit unchanged; forward + backward,
+// two threads, interleaved medians of 50, old -> new: (16, 4, 64, 8) 0.56-0.65 -> 0.54-0.58
+// ms, (4, 8, 256, 32) 7.06-7.08 -> 6.56-6.91, head dims 16 within 1.5%.
+inline void exp_shifted(float* s, long n, float shift) {
+  long j = 0;
+#if defined(__AVX512F__)
+  const __m512 c = _mm512_set1_ps(shift);
+  for (; j < n; j += 16) {
+    const __mmask16 k = static_cast<__mmask16>(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1);
+    _mm512_mask_storeu_ps(s + j, k, fast_exp(_mm512_maskz_loadu_ps(k, s + j) - c));
+  }
+#endif
+#pragma omp simd
+  for (long i = j; i < n; ++i) s[i] = fast_exp(s[i] - shift);
+}
+
 constexpr long kCols = 16;  // scores computed per register block
 
 // out[j] = scale * sum_d a[d] * bt[d * ld + j] for j < n, in blocks of kCols (bt is zero
@@ -83,12 +101,10 @@ void attention_fwd(const float* q, const float* k, const float* v, float* o, flo
         float m = -INFINITY;
 #pragma omp simd reduction(max : m)
         for (long j = 0; j < n; ++j) m = s[j] > m ? s[j] : m;
+        exp_shifted(s.data(), n, m);
         float l = 0.0f;
 #pragma omp simd reduction(+ : l)
-        for (long j = 0; j < n; ++j) {
-          s[j] = fast_exp(s[j] - m);
-          l += s[j];
-        }
+        for (long j = 0; j < n; ++j) l += s[j];
         float acc[D] = {};
         for (long j = 0; j < n; ++j) {
           const float pj = s[j];
@@ -138,12 +154,9 @@ void attention_bwd(const float* q, const float* k, const float* v, const float* 
         row_scores<D>(qi, kt.data(), p.data(), n, ld, scale);
         row_scores<D>(gi, vt.data(), ds.data(), n, ld, 1.0f);
         const float li = lse[b * T + i];
+        exp_shifted(p.data(), n, li);
 #pragma omp simd
-        for (long j = 0; j < n; ++j) {
-          const float pj = fast_exp(p[j] - li);
-          p[j] = pj;
-          ds[j] = pj * (ds[j] - delta) * scale;
-        }
+        for (long j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - delta) * scale;
         for (long j = 0; j < n; ++j) {
           const float dsj = ds[j], pj = p[j];
           const float* kj = k + base + j * st;
