@@ -252,7 +252,7 @@ _SIGNATURES: dict[str, tuple[type, ...]] = {
     "nl_dyt_bwd": (_I, _P, _P, _F, _P, _P, _P, _P, _P, _P, _P, _P, _P, _L, _L, _I),
     "nl_softmax1_fwd": (_I, _P, _P, _P, _L, _L, _I),
     "nl_softmax1_bwd": (_I, _P, _P, _P, _L, _L, _I),
-    "nl_exp": (_P, _P, _L, _I),
+    "nl_exp": (_P, _P, _L, _I, _I),
     "nl_tanh_precise": (_P, _P, _L, _I),
     "nl_attn_fwd": (_P, _P, _P, _P, _P, *(_L,) * 7, _F, _I, _I),
     "nl_attn_bwd": (*(_P,) * 9, *(_L,) * 10, _F, _I, _I),

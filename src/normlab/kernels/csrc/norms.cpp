@@ -1251,17 +1251,19 @@ void softmax1_bwd(const T* dy, const T* y, T* dx, long R, long D, int nt) {
     }                                \
   } while (0)
 
-// fast_exp of the given degree on n values, its vector form where the kernels run it.
+// fast_exp of the given degree on n values: its vector form (vector != 0, where the kernels
+// have it) or gcc's vectorised loop over the scalar form.
 template <int Degree>
-void exp_values(const float* x, float* y, long n) {
+void exp_values(const float* x, float* y, long n, int vector) {
   long i = 0;
 #if defined(__AVX512F__)
-  for (; i < n; i += 16) {
+  for (; vector != 0 && i < n; i += 16) {
     const __mmask16 k = lanes(n - i);
     _mm512_mask_storeu_ps(y + i, k, fast_exp<Degree>(_mm512_maskz_loadu_ps(k, x + i)));
   }
 #endif
-  for (; i < n; ++i) y[i] = fast_exp<Degree>(x[i]);
+#pragma omp simd
+  for (long j = i; j < n; ++j) y[j] = fast_exp<Degree>(x[j]);
 }
 
 }  // namespace
@@ -1322,12 +1324,12 @@ void nl_softmax1_bwd(int dt, const void* dy, const void* y, void* dx, long R, lo
   NL_DISPATCH(dt, softmax1_bwd<T>(NL_T(dy), NL_T(y), static_cast<T*>(dx), R, D, nt));
 }
 
-// softmax1's exp (exp_values) on n values, for the tests.
-void nl_exp(const float* x, float* y, long n, int degree) {
+// softmax1's exp (exp_values) on n values, for the tests (the two forms agree bit for bit).
+void nl_exp(const float* x, float* y, long n, int degree, int vector) {
   if (degree == 5) {
-    exp_values<5>(x, y, n);
+    exp_values<5>(x, y, n, vector);
   } else {
-    exp_values<7>(x, y, n);
+    exp_values<7>(x, y, n, vector);
   }
 }
 
