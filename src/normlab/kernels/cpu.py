@@ -190,7 +190,7 @@ at most 5.3e-5, outputs within 0.6 ulp of float64; 8 multiply-class operations w
 has 11): DyT's 16-bit forward went from 0.58-0.77x to 0.79-0.97x copy. Softmax1's exp is a
 Cody-Waite reduction with a degree-7 polynomial (within 10% of SLEEF's ``expf16_u10`` speed,
 measured), vectorised 16 lanes wide, within 0.92 ulp of float64 over [-87.33, 88.37] (0
-below); into 16-bit outputs of degree 5 (3.4e-6 relative), 13-22% faster.
+below); into 16-bit outputs of degree 5 (3.4e-6 relative), 10-22% faster.
 """
 
 from __future__ import annotations

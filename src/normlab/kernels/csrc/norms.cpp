@@ -279,7 +279,7 @@ inline float tanh_fast(float z) {
 // multiply-class operations and the division where tanh_fast has 11. DyT forward, one thread,
 // rows in cache, 128 x 1024 (us): bfloat16 45.5 -> 32.5, float16 42.1 -> 29.4 (with no tanh at
 // all: 13.8, 12.2); two threads from memory, 8192 x 1024 / 2048 x 4096, 0.58-0.77x copy_ ->
-// 0.79-0.97x (time 0.72-0.82x the old form, five interleaved runs). tests/kernels/test_cpu.py
+// 0.79-0.97x (time 0.72-0.81x the old form, four interleaved runs). tests/kernels/test_cpu.py
 // measures the error against float64.
 inline float tanh_short(float z) {
   constexpr float clamp = 5.0f;
@@ -1149,7 +1149,7 @@ void softmax1_fwd(const T* x, T* y, float* work, long R, long D, int nt) {
   // 128 x 1024 (us), degree 7 with 2^n from its bits -> vscalefps -> degree 5 for 16 bits:
   // bfloat16 43.9 -> 37.5 -> 35.8, float16 44.4 -> 37.8 -> 36.5, float32 41.1 -> 38.0 (values
   // bit-for-bit the same); two threads from memory (8192 x 1024 / 2048 x 4096, interleaved,
-  // four runs) 16-bit time 0.78-0.87x the old, float32 0.93-1.01x.
+  // four runs) 16-bit time 0.78-0.90x the old, float32 0.93-1.01x.
   constexpr int degree = std::is_same_v<T, float> ? 7 : 5;
 #pragma omp parallel num_threads(threads_for(R, D, nt))
   {
