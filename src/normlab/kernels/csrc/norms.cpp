@@ -780,7 +780,41 @@ void rms_bwd(const T* dy, const T* x, const float* w, float off, const float* rs
         return get(v, dy + o, j) * (get(v, w, j) + off) * (get(v, x + o, j) * r);
       });
       c = c * invd;
-      if constexpr (std::is_same_v<T, half>) {  // F16C conversions (halves, above)
+      if constexpr (std::is_same_v<T, half>) {
+#if defined(__AVX512F__)
+        // Without a residual sum: explicit vectors, as LayerNorm's float16 backward (below; bit-
+        // for-bit the loop's values, 1,152 outputs compared): backward, two threads, 8192 x
+        // 1024 1.45 -> 1.33 ms, 4096 x 1024 0.76 -> 0.68, 1024 x 2048 0.51 -> 0.45; in cache
+        // (one thread, 128 x 1024) 42.8 -> 35.7 us.
+        if (dsum == nullptr) {
+          const __m512 vr = _mm512_set1_ps(r), vc = _mm512_set1_ps(c), voff = _mm512_set1_ps(off);
+          auto step = [&](__m512 g, __m512 xv, __m512 wv, __m512& av) {
+            const __m512 xh = _mm512_mul_ps(xv, vr);
+            av = _mm512_fmadd_ps(g, xh, av);
+            // gcc's contraction of the loop below: g (w + off) - xh c as one FMA
+            const __m512 t = _mm512_fmsub_ps(g, _mm512_add_ps(wv, voff), _mm512_mul_ps(xh, vc));
+            return narrow(dx, _mm512_mul_ps(vr, t));
+          };
+          long j = 0;
+          for (; j + 16 <= D; j += 16) {
+            __m512 av = _mm512_loadu_ps(acc + j);
+            const __m256i d = step(get(vector(), dy + o, j), get(vector(), x + o, j),
+                                   _mm512_loadu_ps(w + j), av);
+            _mm512_storeu_ps(acc + j, av);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(dx + o + j), d);
+          }
+          if (j < D) {
+            const __mmask16 k = lanes(D - j);
+            __m512 av = _mm512_maskz_loadu_ps(k, acc + j);
+            const __m256i d = step(get(k, dy + o + j), get(k, x + o + j),
+                                   _mm512_maskz_loadu_ps(k, w + j), av);
+            _mm512_mask_storeu_ps(acc + j, k, av);
+            _mm256_mask_storeu_epi16(dx + o + j, k, d);
+          }
+          continue;
+        }
+#endif
+        // F16C conversions (halves, above)
         halves(dy + o, x + o, D, [&](const float* by, const float* bx, long j0, long n) {
           const float* wj = w + j0;
           float* a = acc + j0;
