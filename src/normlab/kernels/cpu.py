@@ -578,12 +578,12 @@ def dyt_bwd(
     dx = fresh_output(x)
     nb, nt = _lib().nl_blocks(), _threads()
     # the partial buffers (always written) and one row of tanh per thread
-    pw, pb, pa, rows_t = _work(nb * d, nb * d, nb, nt * d)
+    pw, pb, pa, tanh_rows = _work(nb * d, nb * d, nb, nt * d)
     dw, db = _grad_vec(d, need_dw), _grad_vec(d, need_db)
     da = torch.empty(1)
     _lib().nl_dyt_bwd(
         _dt(x), _ptr(dy), _ptr(x), float(alpha), _ptr(w1), _ptr(dx), pw, pb,
-        pa, _ptr(dw), _ptr(db), _ptr(da), rows_t, rows, d, nt,
+        pa, _ptr(dw), _ptr(db), _ptr(da), tanh_rows, rows, d, nt,
     )  # fmt: skip
     return dx, da, (_empty() if dw is None else dw), (_empty() if db is None else db)
 

@@ -1329,19 +1329,19 @@ void softmax1_bwd(const T* dy, const T* y, T* dx, long R, long D, int nt) {
     }                                \
   } while (0)
 
-// fast_exp of the given degree on n values: its vector form (vector != 0, where the kernels
-// have it) or gcc's vectorised loop over the scalar form.
-template <int Degree>
-void exp_values(const float* x, float* y, long n, int vector) {
+// y = f(x) on n values, for the tests: f's vector form (vector != 0, where the kernels have
+// it) or gcc's vectorised loop over its scalar form (f takes either: a generic lambda).
+template <typename F>
+void map_values(const float* x, float* y, long n, int vector, F f) {
   long i = 0;
 #if defined(__AVX512F__)
   for (; vector != 0 && i < n; i += 16) {
     const __mmask16 k = lanes(n - i);
-    _mm512_mask_storeu_ps(y + i, k, fast_exp<Degree>(_mm512_maskz_loadu_ps(k, x + i)));
+    _mm512_mask_storeu_ps(y + i, k, f(_mm512_maskz_loadu_ps(k, x + i)));
   }
 #endif
 #pragma omp simd
-  for (long j = i; j < n; ++j) y[j] = fast_exp<Degree>(x[j]);
+  for (long j = i; j < n; ++j) y[j] = f(x[j]);
 }
 
 }  // namespace
@@ -1402,27 +1402,17 @@ void nl_softmax1_bwd(int dt, const void* dy, const void* y, void* dx, long R, lo
   NL_DISPATCH(dt, softmax1_bwd<T>(NL_T(dy), NL_T(y), static_cast<T*>(dx), R, D, nt));
 }
 
-// softmax1's exp (exp_values) on n values, for the tests (the two forms agree bit for bit).
+// softmax1's exp of degree 7 or 5 and DyT backward's tanh on n values, in either form (the two
+// agree bit for bit: tests/kernels/test_softmax1_exp.py, test_cpu.py).
 void nl_exp(const float* x, float* y, long n, int degree, int vector) {
   if (degree == 5) {
-    exp_values<5>(x, y, n, vector);
+    map_values(x, y, n, vector, [](auto v) { return fast_exp<5>(v); });
   } else {
-    exp_values<7>(x, y, n, vector);
+    map_values(x, y, n, vector, [](auto v) { return fast_exp<7>(v); });
   }
 }
-
-// DyT backward's tanh on n values: its vector form (vector != 0, where the kernels have it) or
-// gcc's vectorised loop over the scalar form, for the tests (the two agree bit for bit).
 void nl_tanh_precise(const float* x, float* y, long n, int vector) {
-  long i = 0;
-#if defined(__AVX512F__)
-  for (; vector != 0 && i < n; i += 16) {
-    const __mmask16 k = lanes(n - i);
-    _mm512_mask_storeu_ps(y + i, k, tanh_precise(_mm512_maskz_loadu_ps(k, x + i)));
-  }
-#endif
-#pragma omp simd
-  for (long j = i; j < n; ++j) y[j] = tanh_precise(x[j]);
+  map_values(x, y, n, vector, [](auto v) { return tanh_precise(v); });
 }
 
 long nl_blocks() { return NB; }
